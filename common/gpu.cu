@@ -1,0 +1,181 @@
+// flashladder — common/gpu.cu: the GPU path of the runner (upload, poison, launch, check, time).
+#include <algorithm>
+#include <cstring>
+
+#include "common/cuda.cuh"
+#include "common/runner.hpp"
+
+namespace fl {
+
+std::optional<DeviceInfo> gpu_device(std::string* why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    if (why)
+      *why = e != cudaSuccess ? std::string("no usable CUDA device: ") + cudaGetErrorString(e)
+                              : std::string("no CUDA device on this machine");
+    return std::nullopt;
+  }
+  int dev = 0;
+  FL_CUDA(cudaGetDevice(&dev));
+  cudaDeviceProp prop{};
+  FL_CUDA(cudaGetDeviceProperties(&prop, dev));
+  DeviceInfo d;
+  d.name = prop.name;
+  d.sm_count = prop.multiProcessorCount;
+  d.l2_bytes = size_t(prop.l2CacheSize);
+  int rt = 0, drv = 0;
+  FL_CUDA(cudaRuntimeGetVersion(&rt));
+  FL_CUDA(cudaDriverGetVersion(&drv));
+  d.cuda = std::to_string(rt / 1000) + "." + std::to_string(rt % 1000 / 10);
+  d.driver = std::to_string(drv / 1000) + "." + std::to_string(drv % 1000 / 10);
+  FL_CUDA(cudaMemGetInfo(&d.free_mem, &d.total_mem));
+  return d;
+}
+
+namespace {
+
+// One set of a problem's tensors on the device, in the storage type.
+struct DeviceSet {
+  DeviceBuffer q, k, v, dO, o, lse, dq, dk, dv;
+
+  explicit DeviceSet(const Problem& p, bool backward) {
+    const size_t e = size_t(dtype_bytes(p.dtype));
+    q.allocate(e * p.q_elems());
+    k.allocate(e * p.kv_elems());
+    v.allocate(e * p.kv_elems());
+    o.allocate(e * p.q_elems());
+    lse.allocate(4 * size_t(p.lse_elems()));
+    if (backward) {
+      dO.allocate(e * p.q_elems());
+      dq.allocate(e * p.q_elems());
+      dk.allocate(e * p.kv_elems());
+      dv.allocate(e * p.kv_elems());
+    }
+  }
+
+  void upload(const Inputs& in, bool backward) {
+    auto put = [&](DeviceBuffer& b, const std::vector<float>& x) {
+      std::vector<uint8_t> bytes = pack(in.p.dtype, x);
+      FL_CUDA(cudaMemcpy(b.get(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+    };
+    put(q, in.q);
+    put(k, in.k);
+    put(v, in.v);
+    if (backward) put(dO, in.dO);
+  }
+
+  ForwardArgs fwd(void* ws, cudaStream_t s) {
+    return {q.get(), k.get(), v.get(), o.get(), lse.as<float>(), ws, s};
+  }
+  BackwardArgs bwd(void* ws, cudaStream_t s) {
+    return {q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dO.get(), dq.get(), dk.get(), dv.get(), ws, s};
+  }
+};
+
+std::vector<float> download(const DeviceBuffer& b, DType t, int64_t n) {
+  std::vector<uint8_t> bytes(size_t(n) * size_t(dtype_bytes(t)));
+  FL_CUDA(cudaMemcpy(bytes.data(), b.get(), bytes.size(), cudaMemcpyDeviceToHost));
+  return unpack(t, bytes.data(), n);
+}
+
+// Runs f, and on an fl::Error says which step it was in.
+template <class F>
+auto in_step(const Step& s, const char* what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw Error("step " + s.folder + " (" + what + "): " + e.what());
+  }
+}
+
+}  // namespace
+
+Outputs run_step_gpu(const Step& s, const Inputs& in, bool backward) {
+  std::string why;
+  if (!gpu_device(&why)) throw Error("step " + s.folder + " needs a CUDA device: " + why);
+  const Problem& p = in.p;
+  return in_step(s, backward ? "backward" : "forward", [&] {
+    DeviceSet d(p, backward);
+    d.upload(in, backward);
+    DeviceBuffer ws(s.impl->workspace_bytes(p));
+    d.o.poison();
+    d.lse.poison();
+    ws.poison();
+    s.impl->forward(p, d.fwd(ws.get(), nullptr));
+    FL_CUDA(cudaGetLastError());
+    FL_CUDA(cudaDeviceSynchronize());
+    Outputs out;
+    out.o = download(d.o, p.dtype, p.q_elems());
+    out.lse = download(d.lse, DType::f32, p.lse_elems());
+    if (backward) {
+      DeviceBuffer bws(s.impl->backward_workspace_bytes(p));
+      d.dq.poison();
+      d.dk.poison();
+      d.dv.poison();
+      bws.poison();
+      s.impl->backward(p, d.bwd(bws.get(), nullptr));
+      FL_CUDA(cudaGetLastError());
+      FL_CUDA(cudaDeviceSynchronize());
+      out.dq = download(d.dq, p.dtype, p.q_elems());
+      out.dk = download(d.dk, p.dtype, p.kv_elems());
+      out.dv = download(d.dv, p.dtype, p.kv_elems());
+    }
+    return out;
+  });
+}
+
+Stats time_step_gpu(const Step& s, const Problem& p, bool backward, const TimeOptions& opt) {
+  std::string why;
+  auto dev = gpu_device(&why);
+  if (!dev) throw Error("step " + s.folder + " needs a CUDA device: " + why);
+  return in_step(s, backward ? "timing backward" : "timing forward", [&] {
+    // Enough input sets that one pass over them is over twice the L2: each launch then reads its
+    // inputs from device memory, as a real model's attention layer would.
+    const size_t e = size_t(dtype_bytes(p.dtype));
+    const size_t set_bytes = e * size_t(p.q_elems() + 2 * p.kv_elems()) * (backward ? 2 : 1);
+    const int sets = int(std::clamp<size_t>(2 * dev->l2_bytes / std::max<size_t>(set_bytes, 1) + 1, 1, 64));
+    std::vector<DeviceSet> d;
+    for (int i = 0; i < sets; ++i) {
+      d.emplace_back(p, backward);
+      d.back().upload(make_inputs(p, opt.seed + uint64_t(i)), backward);
+    }
+    DeviceBuffer ws(s.impl->workspace_bytes(p));
+    DeviceBuffer bws(backward ? s.impl->backward_workspace_bytes(p) : 0);
+    if (backward)
+      for (auto& x : d) {  // each set's own O and L, from this step's forward
+        ws.poison();
+        s.impl->forward(p, x.fwd(ws.get(), nullptr));
+        FL_CUDA(cudaGetLastError());
+      }
+    cudaEvent_t a, b;
+    FL_CUDA(cudaEventCreate(&a));
+    FL_CUDA(cudaEventCreate(&b));
+    std::vector<double> ms;
+    for (int it = 0; it < opt.warmup + opt.reps; ++it) {
+      DeviceSet& x = d[size_t(it) % d.size()];
+      if (backward) {
+        bws.poison();  // the step must initialise what it accumulates into; poisoning is not timed
+        FL_CUDA(cudaEventRecord(a));
+        s.impl->backward(p, x.bwd(bws.get(), nullptr));
+      } else {
+        ws.poison();
+        FL_CUDA(cudaEventRecord(a));
+        s.impl->forward(p, x.fwd(ws.get(), nullptr));
+      }
+      FL_CUDA(cudaGetLastError());
+      FL_CUDA(cudaEventRecord(b));
+      FL_CUDA(cudaEventSynchronize(b));
+      float t = 0;
+      FL_CUDA(cudaEventElapsedTime(&t, a, b));
+      if (it >= opt.warmup) ms.push_back(double(t));
+    }
+    FL_CUDA(cudaEventDestroy(a));
+    FL_CUDA(cudaEventDestroy(b));
+    FL_CUDA(cudaDeviceSynchronize());
+    return summarize(ms);
+  });
+}
+
+}  // namespace fl

@@ -1,0 +1,85 @@
+// flashladder — common/runner.cpp: the CPU path, and dispatch to the GPU path.
+#include "common/runner.hpp"
+
+#include <cstring>
+
+namespace fl {
+
+namespace {
+
+void refuse_if_needed(const Step& s, const Problem& p, bool backward) {
+  std::string why = s.refusal(p);
+  if (!why.empty()) throw Error(why);
+  if (backward && !s.has_backward()) throw Error("step " + s.folder + " has no backward pass");
+}
+
+// A CPU step's buffers: fp32 host vectors, outputs and workspace poisoned with NaN.
+struct CpuRun {
+  const Step& s;
+  const Problem& p;
+  std::vector<float> o, lse, dq, dk, dv;
+  std::vector<uint8_t> ws;
+
+  CpuRun(const Step& st, const Problem& pr) : s(st), p(pr) {}
+
+  void forward(const Inputs& in) {
+    o = poisoned(p.q_elems());
+    lse = poisoned(p.lse_elems());
+    ws.assign(s.impl->workspace_bytes(p), 0xFF);  // 0xFF bytes are NaN in fp32
+    ForwardArgs a{in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), ws.data(), nullptr};
+    s.impl->forward(p, a);
+  }
+
+  void backward(const Inputs& in) {
+    dq = poisoned(p.q_elems());
+    dk = poisoned(p.kv_elems());
+    dv = poisoned(p.kv_elems());
+    ws.assign(s.impl->backward_workspace_bytes(p), 0xFF);
+    BackwardArgs a{in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), in.dO.data(),
+                   dq.data(), dk.data(), dv.data(), ws.data(), nullptr};
+    s.impl->backward(p, a);
+  }
+};
+
+}  // namespace
+
+Outputs run_step(const Step& s, const Inputs& in, bool backward) {
+  refuse_if_needed(s, in.p, backward);
+  if (s.gpu()) return run_step_gpu(s, in, backward);
+  CpuRun r(s, in.p);
+  r.forward(in);
+  Outputs out;
+  if (backward) r.backward(in);
+  out.o = std::move(r.o);
+  out.lse = std::move(r.lse);
+  out.dq = std::move(r.dq);
+  out.dk = std::move(r.dk);
+  out.dv = std::move(r.dv);
+  return out;
+}
+
+Stats time_step(const Step& s, const Problem& p, bool backward, const TimeOptions& opt) {
+  refuse_if_needed(s, p, backward);
+  if (s.gpu()) return time_step_gpu(s, p, backward, opt);
+  Inputs in = make_inputs(p, opt.seed);
+  CpuRun r(s, p);
+  if (backward) r.forward(in);
+  std::vector<double> ms;
+  Stopwatch total;
+  for (int it = 0; it < opt.warmup + opt.reps; ++it) {
+    Stopwatch w;
+    backward ? r.backward(in) : r.forward(in);
+    if (it >= opt.warmup) ms.push_back(w.ms());
+    // Stop early on slow CPU runs, but never below 5 samples; Stats::reps records the real count.
+    if (it >= opt.warmup + 4 && total.ms() > 1000 * opt.max_seconds) break;
+  }
+  return summarize(ms);
+}
+
+size_t extra_bytes(const Step& s, const Problem& p, bool backward) {
+  if (!s.impl) return 0;
+  if (backward) return s.impl->backward_workspace_bytes ? s.impl->backward_workspace_bytes(p) : 0;
+  return s.impl->workspace_bytes(p);
+}
+
+}  // namespace fl

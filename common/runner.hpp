@@ -1,0 +1,50 @@
+// flashladder — common/runner.hpp: run a registered step once (checked) or many times (timed).
+//
+// Every run: inputs uploaded, outputs and workspace poisoned with NaN (so an unwritten element can
+// never pass), the step launched, every CUDA call and the launch checked, results copied back.
+// Errors come back as fl::Error naming the step and the call that failed.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "common/tensor.hpp"
+#include "common/timing.hpp"
+#include "steps/ladder.hpp"
+
+namespace fl {
+
+/// Runs the forward (and, if backward is set, the step's backward on its own O and L) once.
+Outputs run_step(const Step& s, const Inputs& in, bool backward = false);
+
+struct TimeOptions {
+  int warmup = 3;
+  int reps = 30;             // timed launches; the median of these is the figure
+  double max_seconds = 20;   // CPU steps stop early past this (the record keeps the real count)
+  uint64_t seed = 1;
+};
+
+/// Times the forward (or the backward alone) on seeded inputs. GPU: CUDA events around each launch,
+/// inputs rotated among enough copies to exceed twice the L2, so the cache is not what is timed.
+Stats time_step(const Step& s, const Problem& p, bool backward, const TimeOptions& opt);
+
+/// Extra bytes the step needs beyond inputs and outputs (its workspace).
+size_t extra_bytes(const Step& s, const Problem& p, bool backward);
+
+struct DeviceInfo {
+  std::string name;
+  int sm_count = 0;
+  std::string cuda;     // runtime version, "13.0"
+  std::string driver;   // driver API version, "13.0"
+  size_t total_mem = 0, free_mem = 0, l2_bytes = 0;
+};
+
+/// The current CUDA device, or nullopt with *why saying why there is none (no CUDA in this build,
+/// no device, driver error).
+std::optional<DeviceInfo> gpu_device(std::string* why);
+
+/// Implemented in common/gpu.cu (or common/nogpu.cpp in builds without CUDA).
+Outputs run_step_gpu(const Step& s, const Inputs& in, bool backward);
+Stats time_step_gpu(const Step& s, const Problem& p, bool backward, const TimeOptions& opt);
+
+}  // namespace fl

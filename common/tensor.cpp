@@ -1,0 +1,96 @@
+// flashladder — common/tensor.cpp. Rounding uses Eigen's half and bfloat16 (round to nearest even,
+// the same rule as CUDA's __float2half_rn and __float2bfloat16_rn), not a hand-written bit trick.
+#include "common/tensor.hpp"
+
+#include <Eigen/Core>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+namespace fl {
+
+float round_to(DType t, float x) {
+  switch (t) {
+    case DType::f32: return x;
+    case DType::f16: return static_cast<float>(Eigen::half(x));
+    case DType::bf16: return static_cast<float>(Eigen::bfloat16(x));
+  }
+  return x;
+}
+
+void round_all(DType t, std::vector<float>& xs) {
+  if (t == DType::f32) return;
+  for (float& x : xs) x = round_to(t, x);
+}
+
+std::vector<uint8_t> pack(DType t, const std::vector<float>& xs) {
+  std::vector<uint8_t> out(xs.size() * size_t(dtype_bytes(t)));
+  if (t == DType::f32) {
+    if (!xs.empty()) std::memcpy(out.data(), xs.data(), out.size());
+    return out;
+  }
+  auto* u = reinterpret_cast<uint16_t*>(out.data());
+  for (size_t i = 0; i < xs.size(); ++i)
+    u[i] = t == DType::f16 ? Eigen::numext::bit_cast<uint16_t>(Eigen::half(xs[i]))
+                           : Eigen::numext::bit_cast<uint16_t>(Eigen::bfloat16(xs[i]));
+  return out;
+}
+
+std::vector<float> unpack(DType t, const void* bytes, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+  if (t == DType::f32) {
+    if (n) std::memcpy(out.data(), bytes, size_t(n) * 4);
+    return out;
+  }
+  const auto* u = static_cast<const uint16_t*>(bytes);
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = t == DType::f16 ? float(Eigen::numext::bit_cast<Eigen::half>(u[i]))
+                             : float(Eigen::numext::bit_cast<Eigen::bfloat16>(u[i]));
+  return out;
+}
+
+std::vector<float> poisoned(int64_t n) {
+  return std::vector<float>(size_t(n), std::numeric_limits<float>::quiet_NaN());
+}
+
+namespace {
+// Box–Muller on the raw 64-bit outputs of std::mt19937_64, whose sequence the standard fixes.
+struct Normal {
+  std::mt19937_64 gen;
+  bool have = false;
+  double spare = 0;
+  explicit Normal(uint64_t seed) : gen(seed) {}
+  double uniform() { return (double(gen() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }  // (0,1)
+  double next() {
+    if (have) { have = false; return spare; }
+    double u1 = uniform(), u2 = uniform();
+    double r = std::sqrt(-2.0 * std::log(u1)), th = 6.283185307179586 * u2;
+    spare = r * std::sin(th);
+    have = true;
+    return r * std::cos(th);
+  }
+};
+
+std::vector<float> normal(Normal& g, int64_t n, double mean, double scale, DType t) {
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& e : x) e = round_to(t, float(scale * (g.next() + mean)));
+  return x;
+}
+}  // namespace
+
+Inputs make_inputs(const Problem& p, uint64_t seed, InputOptions opt) {
+  p.validate();
+  Inputs in;
+  in.p = p;
+  in.seed = seed;
+  in.opt = opt;
+  Normal g(seed);
+  in.q = normal(g, p.q_elems(), opt.mean, opt.q_scale, p.dtype);
+  in.k = normal(g, p.kv_elems(), opt.mean, 1.0, p.dtype);
+  in.v = normal(g, p.kv_elems(), opt.mean, 1.0, p.dtype);
+  in.dO = normal(g, p.q_elems(), opt.mean, 1.0, p.dtype);
+  return in;
+}
+
+}  // namespace fl

@@ -1,0 +1,55 @@
+// flashladder — common/tensor.hpp: host data, rounding to the storage type, seeded inputs.
+//
+// Host copies of every tensor are std::vector<float> whose values are exactly representable in the
+// problem's storage type (rounded once, at creation). The oracle reads them as doubles, so it sees
+// the very inputs a step saw (the tolerance rule requires this). pack()/unpack() convert to and from
+// the bytes a step consumes (fp32, fp16 or bf16).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/problem.hpp"
+
+namespace fl {
+
+/// x rounded to the storage type (round to nearest even) and widened back to float.
+float round_to(DType t, float x);
+void round_all(DType t, std::vector<float>& xs);
+
+/// Raw bytes of xs in storage type t (xs.size() * dtype_bytes(t) bytes).
+std::vector<uint8_t> pack(DType t, const std::vector<float>& xs);
+/// n values of storage type t at bytes, widened to float.
+std::vector<float> unpack(DType t, const void* bytes, int64_t n);
+
+/// A vector of n quiet NaNs: what every output holds before a step writes it.
+std::vector<float> poisoned(int64_t n);
+
+struct InputOptions {
+  double mean = 0.5;     // non-zero on purpose: a zero-mean test hides offset bugs
+  double q_scale = 1.0;  // 20 gives the large-logit case that only a stable softmax survives
+};
+
+struct Inputs {
+  Problem p;
+  uint64_t seed = 0;
+  InputOptions opt;
+  std::vector<float> q;   // [B][H][Nq][d]
+  std::vector<float> k;   // [B][H_kv][Nk][d]
+  std::vector<float> v;   // [B][H_kv][Nk][d]
+  std::vector<float> dO;  // [B][H][Nq][d]  upstream gradient, for the backward
+};
+
+/// Normal(mean, 1) inputs from a seeded 64-bit Mersenne Twister with a Box–Muller transform written
+/// out here (std::normal_distribution differs between standard libraries), rounded to p.dtype.
+Inputs make_inputs(const Problem& p, uint64_t seed, InputOptions opt = {});
+
+struct Outputs {
+  std::vector<float> o;    // [B][H][Nq][d]
+  std::vector<float> lse;  // [B][H][Nq]  L = m + log ℓ, natural log; +inf for a row that sees no key
+  std::vector<float> dq;   // [B][H][Nq][d]      (backward only)
+  std::vector<float> dk;   // [B][H_kv][Nk][d]   (backward only)
+  std::vector<float> dv;   // [B][H_kv][Nk][d]   (backward only)
+};
+
+}  // namespace fl

@@ -1,0 +1,47 @@
+// flashladder — reference/oracle.hpp: the oracle every step is checked against.
+//
+// Standard attention (the seeds' Algorithm 0) in double with Eigen, on the exact rounded inputs the
+// step saw. Conventions (../shared/design/ladder.md): scale·QKᵀ, causal aligned bottom-right, a row
+// that sees no key has O = 0 and L = +inf, query head h reads K/V head h / (H / H_kv), and the
+// gradients of a shared K/V head are summed over the query heads that read it.
+#pragma once
+
+#include <vector>
+
+#include "common/tensor.hpp"
+
+namespace fl::ref {
+
+struct Forward {
+  std::vector<double> o;    // [B][H][Nq][d]
+  std::vector<double> lse;  // [B][H][Nq]   L = m + log ℓ; +inf where the row sees no key
+  // Filled only when asked for (want_intermediates), since they are O(N²):
+  std::vector<double> s;    // [B][H][Nq][Nk] scaled scores, -inf where masked
+  std::vector<double> p;    // [B][H][Nq][Nk] softmax(S), 0 where masked
+  std::vector<double> m;    // [B][H][Nq]     row max of S (-inf for a fully masked row)
+  std::vector<double> l;    // [B][H][Nq]     row sum of exp(S - m) (0 for a fully masked row)
+};
+
+struct Backward {
+  std::vector<double> dq;  // [B][H][Nq][d]
+  std::vector<double> dk;  // [B][H_kv][Nk][d]
+  std::vector<double> dv;  // [B][H_kv][Nk][d]
+  std::vector<double> D;   // [B][H][Nq]  D_i = rowsum(dO ∘ O)
+};
+
+/// O and L (and on request S, P, m, ℓ) in double.
+Forward forward(const Inputs& in, bool want_intermediates = false);
+
+/// dQ, dK, dV and D in double, from in.dO: dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − D),
+/// dQ = scale·dS K, dK = scale·dSᵀ Q (the seeds' backward derivation).
+Backward backward(const Inputs& in, const Forward& f);
+
+/// The low-precision baseline of the tolerance rule: Algorithm 0 carried out at the storage type of
+/// in.p.dtype — S and P rounded to it, fp32 accumulation, O rounded; L from the rounded S in fp32.
+Outputs baseline_forward(const Inputs& in);
+
+/// The baseline's backward at the same precision: every product's result (dV, dP, dS, dQ, dK)
+/// rounded to the storage type, fp32 accumulation, as autograd through a low-precision Algorithm 0 does.
+Outputs baseline_backward(const Inputs& in);
+
+}  // namespace fl::ref

@@ -1,0 +1,39 @@
+// flashladder — reference/verify.cpp
+#include "reference/verify.hpp"
+
+#include <algorithm>
+
+namespace fl {
+
+Expected expected_for(const Inputs& in, bool backward) {
+  Expected e;
+  e.fwd = ref::forward(in);
+  e.base_fwd = ref::baseline_forward(in);
+  if (backward) {
+    e.bwd = ref::backward(in, e.fwd);
+    e.base_bwd = ref::baseline_backward(in);
+  }
+  return e;
+}
+
+Verdict verify(const Inputs& in, const Outputs& got, const Expected& e, bool backward) {
+  const Problem& p = in.p;
+  const std::vector<int64_t> q_dims = {p.B, p.H, p.Nq, p.d}, kv_dims = {p.B, p.H_kv, p.Nk, p.d},
+                             l_dims = {p.B, p.H, p.Nq};
+  Verdict v;
+  v.checks.push_back(compare("O", got.o, e.fwd.o, e.base_fwd.o, q_dims, p.dtype, in.seed));
+  v.checks.push_back(compare("L", got.lse, e.fwd.lse, e.base_fwd.lse, l_dims, DType::f32, in.seed));
+  if (backward) {
+    v.checks.push_back(compare("dQ", got.dq, e.bwd.dq, e.base_bwd.dq, q_dims, p.dtype, in.seed));
+    v.checks.push_back(compare("dK", got.dk, e.bwd.dk, e.base_bwd.dk, kv_dims, p.dtype, in.seed));
+    v.checks.push_back(compare("dV", got.dv, e.bwd.dv, e.base_bwd.dv, kv_dims, p.dtype, in.seed));
+  }
+  v.pass = true;
+  for (const Check& c : v.checks) {
+    v.pass = v.pass && c.pass;
+    v.tol_used = std::max(v.tol_used, c.frac);
+  }
+  return v;
+}
+
+}  // namespace fl

@@ -1,0 +1,16 @@
+# Runs CMD with ARGS (a ;-list); passes only if it exits non-zero, was not killed by a signal, and its
+# output matches EXPECT. A crash (signal) or a zero exit status fails the test.
+separate_arguments(arglist UNIX_COMMAND "${ARGS}")
+string(REPLACE ";" " " arglist_text "${ARGS}")
+execute_process(COMMAND ${CMD} ${ARGS} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+set(all "${out}${err}")
+if(rc EQUAL 0)
+  message(FATAL_ERROR "expected a non-zero exit status from '${arglist_text}', got 0. Output:\n${all}")
+endif()
+if(NOT rc MATCHES "^[0-9]+$")
+  message(FATAL_ERROR "'${arglist_text}' did not exit normally (${rc}). Output:\n${all}")
+endif()
+if(NOT all MATCHES "${EXPECT}")
+  message(FATAL_ERROR "output of '${arglist_text}' (exit ${rc}) does not name the problem '${EXPECT}':\n${all}")
+endif()
+message(STATUS "exit ${rc}: ${all}")

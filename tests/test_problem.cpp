@@ -1,0 +1,85 @@
+// flashladder — tests/test_problem.cpp: impossible problems and unsupported requests are refused
+// before any work, with a message that names the limit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/runner.hpp"
+#include "steps/ladder.hpp"
+
+namespace fl {
+namespace {
+
+Problem ok() {
+  Problem p;
+  p.B = 2; p.H = 4; p.H_kv = 2; p.Nq = 5; p.Nk = 7; p.d = 8;
+  p.dtype = DType::f32;
+  return p;
+}
+
+void expect_refused(Problem p, const std::string& words) {
+  const std::string why = p.invalid_reason();
+  EXPECT_NE(why.find(words), std::string::npos) << "message was: " << why;
+  EXPECT_THROW(p.validate(), Error);
+  Inputs dummy;
+  dummy.p = p;
+  EXPECT_THROW(run_step(*find_step("01"), dummy), Error);  // refused before touching the (empty) data
+}
+
+TEST(Problem, Refusals) {
+  Problem p = ok();
+  EXPECT_EQ(p.invalid_reason(), "");
+  p = ok(); p.d = 0; expect_refused(p, "d = 0 is not allowed: it must be at least 1");
+  p = ok(); p.Nq = 0; expect_refused(p, "Nq = 0");
+  p = ok(); p.Nk = -3; expect_refused(p, "Nk = -3");
+  p = ok(); p.B = 0; expect_refused(p, "B = 0");
+  p = ok(); p.H = 6; p.H_kv = 4; expect_refused(p, "H = 6 is not a multiple of H_kv = 4");
+  p = ok(); p.scale = -1; expect_refused(p, "softmax scale = -1 is not allowed");
+  p = ok(); p.scale = INFINITY; expect_refused(p, "must be finite and > 0");
+  p = ok(); p.Nq = p.Nk = int64_t(1) << 30; p.H = 1 << 12; p.H_kv = 1; expect_refused(p, "the limit is 2^40");
+}
+
+TEST(Problem, DerivedSizesAndMask) {
+  Problem p = ok();
+  EXPECT_EQ(p.q_elems(), 2 * 4 * 5 * 8);
+  EXPECT_EQ(p.kv_elems(), 2 * 2 * 7 * 8);
+  EXPECT_EQ(p.kv_head(3), 1);
+  p.causal = true;  // bottom-right: query i sees key j iff j <= i + Nk − Nq = i + 2
+  EXPECT_TRUE(p.visible(0, 2));
+  EXPECT_FALSE(p.visible(0, 3));
+  EXPECT_TRUE(p.visible(4, 6));
+  EXPECT_DOUBLE_EQ(p.softmax_scale(), 1 / std::sqrt(8.0));
+  EXPECT_DOUBLE_EQ(flops_forward(p), 0.5 * 4 * 2 * 4 * 5 * 7 * 8);
+  EXPECT_DOUBLE_EQ(flops_backward(p), 2.5 * flops_forward(p));
+}
+
+TEST(Ladder, EveryStepIsWellFormedAndFindable) {
+  std::string prev = "00";
+  for (const Step& s : ladder()) {
+    EXPECT_GT(s.folder, prev) << "steps must be listed in ladder order";
+    prev = s.folder;
+    EXPECT_EQ(s.folder.substr(0, 2), s.number.substr(0, 2));
+    EXPECT_FALSE(s.change.empty());
+    EXPECT_FALSE(s.dtypes.empty());
+    EXPECT_EQ(find_step(s.number), &s);
+    EXPECT_EQ(find_step(s.folder), &s);
+    if (!s.gpu()) EXPECT_NE(s.impl, nullptr) << "CPU steps are always built";
+  }
+  EXPECT_EQ(find_step("no_such_step"), nullptr);
+}
+
+TEST(Ladder, UnsupportedTypeAndHeadDimAreRefusedByName) {
+  Problem p = ok();
+  p.dtype = DType::f16;
+  EXPECT_NE(find_step("01")->refusal(p).find("does not support storage type fp16; it supports fp32"), std::string::npos);
+  for (const Step& s : ladder())
+    if (!s.head_dims.empty()) {
+      Problem q = ok();
+      q.dtype = s.dtypes.front();
+      q.d = 7;
+      EXPECT_NE(s.refusal(q).find("does not support head dim d = 7"), std::string::npos) << s.folder;
+    }
+}
+
+}  // namespace
+}  // namespace fl

@@ -1,0 +1,303 @@
+// flashladder — tools/ladder_cmd.cpp: the ladder table, the step list and the step diff.
+#include <Eigen/Dense>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "common/record.hpp"
+#include "reference/verify.hpp"
+#include "tools/commands.hpp"
+
+namespace fl::cli {
+
+namespace fs = std::filesystem;
+
+void ProblemOptions::add_to(CLI::App& app) {
+  app.add_option("-B,--batch", B, "Batch size B")->capture_default_str();
+  app.add_option("-H,--heads", H, "Query heads H")->capture_default_str();
+  app.add_option("--heads-kv", H_kv, "Key/value heads H_kv (H must be a multiple); default H");
+  app.add_option("-N,--seq", N, "Sequence length: Nq = Nk = N unless --nq/--nk say otherwise")->capture_default_str();
+  app.add_option("--nq", Nq, "Query length Nq (default N)");
+  app.add_option("--nk", Nk, "Key length Nk (default N)");
+  app.add_option("-d,--head-dim", d, "Head dimension d")->capture_default_str();
+  app.add_flag("--causal", causal, "Causal mask, aligned bottom-right (query i sees key j iff j <= i + Nk - Nq)");
+  app.add_option("--scale", scale, "Softmax scale (default 1/sqrt(d))");
+  app.add_option("--dtype", dtype, "Storage type of GPU steps: fp16, bf16 or fp32 (CPU steps use fp32)")
+      ->capture_default_str();
+  app.add_option("--seed", seed, "Seed of the random inputs")->capture_default_str();
+}
+
+Problem ProblemOptions::problem() const {
+  Problem p;
+  p.B = B;
+  p.H = H;
+  p.H_kv = H_kv ? H_kv : H;
+  p.Nq = Nq ? Nq : N;
+  p.Nk = Nk ? Nk : N;
+  p.d = d;
+  p.causal = causal;
+  if (scale != 0) p.scale = scale;
+  if (std::isnan(scale)) p.scale = scale;  // refused by validate(), with the reason
+  auto t = parse_dtype(dtype);
+  if (!t) throw Error("unknown storage type '" + dtype + "': use fp16, bf16 or fp32");
+  p.dtype = *t;
+  p.validate();
+  return p;
+}
+
+namespace {
+
+std::vector<const Step*> select_steps(const std::string& list) {
+  std::vector<const Step*> out;
+  if (list.empty()) {
+    for (const Step& s : ladder()) out.push_back(&s);
+    return out;
+  }
+  std::stringstream ss(list);
+  std::string name;
+  while (std::getline(ss, name, ',')) {
+    const Step* s = find_step(name);
+    if (!s) {
+      std::string known;
+      for (const Step& k : ladder()) known += " " + k.folder;
+      throw Error("unknown step '" + name + "'; the steps are:" + known);
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::string bytes_text(double b) {
+  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) { b /= 1024; ++u; }
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(b < 10 && u ? 1 : 0) << b << " " << unit[u];
+  return s.str();
+}
+
+std::string num(double x, int prec) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(prec) << x;
+  return s.str();
+}
+
+// Eigen's own float matrix product, n×n×n, timed like a CPU step: the CPU rows' ceiling.
+double eigen_gemm_gflops(int n, const TimeOptions& opt, Stats* st) {
+  using M = Eigen::MatrixXf;
+  M a = M::Random(n, n), b = M::Random(n, n), c(n, n);
+  std::vector<double> ms;
+  Stopwatch total;
+  for (int it = 0; it < opt.warmup + opt.reps; ++it) {
+    Stopwatch w;
+    c.noalias() = a * b;
+    if (it >= opt.warmup) ms.push_back(w.ms());
+    if (it >= opt.warmup + 4 && total.ms() > 1000 * opt.max_seconds) break;
+  }
+  *st = summarize(ms);
+  return 2.0 * n * double(n) * n / (st->median_ms * 1e-3) / 1e9;
+}
+
+struct Row {
+  std::string step, change, dtype, status;
+  double ms = NAN, tflops = NAN, ceiling_frac = NAN, speedup = NAN, max_err = NAN, tol_used = NAN;
+  size_t extra = 0;
+  bool ran = false, checked = false, pass = true;
+};
+
+void print_table(const std::vector<Row>& rows) {
+  std::cout << std::left << std::setw(24) << "step" << std::right << std::setw(6) << "type" << std::setw(11)
+            << "median ms" << std::setw(10) << "TFLOP/s" << std::setw(9) << "%ceil" << std::setw(9) << "speedup"
+            << std::setw(12) << "extra mem" << std::setw(11) << "max err" << std::setw(9) << "tol used"
+            << "  the one idea\n";
+  for (const Row& r : rows) {
+    std::cout << std::left << std::setw(24) << r.step << std::right << std::setw(6) << r.dtype;
+    if (!r.ran) {
+      std::cout << "  " << r.status << "\n";
+      continue;
+    }
+    std::cout << std::setw(11) << num(r.ms, r.ms < 10 ? 3 : 1) << std::setw(10) << num(r.tflops, 3)
+              << std::setw(9) << (std::isnan(r.ceiling_frac) ? "-" : num(100 * r.ceiling_frac, 1) + "%")
+              << std::setw(9) << (std::isnan(r.speedup) ? "-" : num(r.speedup, 2) + "x") << std::setw(12)
+              << bytes_text(double(r.extra));
+    if (r.checked)
+      std::cout << std::setw(11) << [&] { std::ostringstream s; s << std::setprecision(2) << r.max_err; return s.str(); }()
+                << std::setw(9) << (num(100 * r.tol_used, 0) + "%");
+    else
+      std::cout << std::setw(11) << "unchecked" << std::setw(9) << "-";
+    std::cout << "  " << (r.pass ? "" : "FAIL ") << r.change << "\n";
+  }
+}
+
+}  // namespace
+
+int run_ladder(const LadderOptions& o) {
+  const Problem base = o.prob.problem();
+  if (o.time.reps < 1) throw Error("--reps must be at least 1");
+  if (o.time.warmup < 0) throw Error("--warmup must be at least 0");
+  std::vector<const Step*> steps = select_steps(o.steps);
+  std::vector<int64_t> Ns = o.sweep;
+  for (int64_t n : Ns)
+    if (n < 1) throw Error("--sweep: sequence length " + std::to_string(n) + " is not allowed; it must be >= 1");
+
+  std::string gpu_why;
+  const bool have_gpu = gpu_device(&gpu_why).has_value();
+  Environment env = have_gpu ? gpu_environment() : cpu_environment();
+  Environment cpu_env = cpu_environment();
+  bool any_cpu = false, any_gpu = false;
+  for (const Step* s : steps) (s->gpu() ? any_gpu : any_cpu) = true;
+
+  std::ofstream json;
+  if (!o.json.empty()) {
+    json.open(o.json, std::ios::app);
+    if (!json) throw Error("cannot open '" + o.json + "' for writing");
+  }
+  auto emit = [&](const nlohmann::json& r) { if (json) json << r.dump() << "\n"; };
+
+  std::cout << "flashladder: " << (have_gpu ? env.device + " (" + std::to_string(env.sm_count) + " SMs, CUDA " + env.cuda + ", driver " + env.driver + ")" : "no GPU: " + gpu_why)
+            << "; CPU " << cpu_env.device << "; commit " << env.commit << "\n";
+
+  // Ceilings measured in this run: Eigen's float GEMM for CPU rows, cuBLAS fp16 GEMM for GPU rows.
+  double eigen_gflops = NAN, cublas_tflops = NAN;
+  if (any_cpu) {
+    Stats st;
+    TimeOptions g = o.time;
+    g.max_seconds = 5;
+    eigen_gflops = eigen_gemm_gflops(2048, g, &st);
+    std::cout << "ceiling (CPU): Eigen float GEMM 2048x2048x2048: " << num(eigen_gflops, 1) << " GFLOP/s (median of "
+              << st.reps << ")\n";
+    Problem gp;
+    gp.B = gp.H = gp.H_kv = 1; gp.Nq = gp.Nk = 2048; gp.d = 2048; gp.dtype = DType::f32;
+    nlohmann::json r = make_record("eigen_gemm", "gemm", gp, st, std::nullopt, cpu_env);
+    r["tflops"] = eigen_gflops / 1000;
+    r["note"] = "square 2048 float product, 2·n³ FLOPs; B, H, Nq, Nk, d describe no attention problem";
+    emit(r);
+  }
+  if (any_gpu && have_gpu) {
+    GemmResult g = cublas_gemm_rate(base.dtype == DType::f32 ? DType::f32 : base.dtype, 8192, o.time);
+    cublas_tflops = g.tflops;
+    std::cout << "ceiling (GPU): cuBLAS " << dtype_name(base.dtype) << " GEMM 8192^3: " << num(g.tflops, 1)
+              << " TFLOP/s (median of " << g.t.reps << ")\n";
+  }
+  std::cout << "FLOPs: forward 4·B·H·Nq·Nk·d (halved when causal), backward 2.5x forward. Times: median of --reps "
+            << o.time.reps << " after " << o.time.warmup << " warm-ups.\n";
+
+  if (Ns.empty()) Ns.push_back(0);
+  bool all_pass = true;
+  for (int64_t N : Ns) {
+    Problem p0 = base;
+    if (N) p0.Nq = p0.Nk = N;
+    std::cout << "\nproblem: " << p0.describe() << "\n";
+    std::map<int, Expected> expected;  // by storage type
+    std::map<int, Inputs> inputs;
+    std::vector<Row> rows;
+    double prev_ms = NAN;
+    for (bool bwd : {false, true}) {
+      if (bwd && !o.backward) break;
+      for (const Step* s : steps) {
+        if (bwd && !s->has_backward()) continue;
+        Row r;
+        Problem p = p0;
+        if (!s->supports_dtype(p.dtype) && !s->gpu()) p.dtype = DType::f32;  // CPU steps are fp32
+        r.step = s->folder + (bwd ? " bwd" : "");
+        r.change = s->change;
+        r.dtype = dtype_name(p.dtype);
+        std::string why = s->refusal(p);
+        if (why.empty() && s->gpu() && !have_gpu) why = "needs a CUDA device: " + gpu_why;
+        if (!why.empty()) {
+          r.status = "not run: " + why;
+          rows.push_back(r);
+          continue;
+        }
+        try {
+          if (!o.no_check) {
+            const int key = int(p.dtype);
+            if (!inputs.count(key)) {
+              inputs.emplace(key, make_inputs(p, o.prob.seed));
+              expected.emplace(key, expected_for(inputs.at(key), o.backward));
+            }
+            Outputs got = run_step(*s, inputs.at(key), bwd);
+            Verdict v = verify(inputs.at(key), got, expected.at(key), bwd);
+            r.checked = true;
+            r.pass = v.pass;
+            r.tol_used = v.tol_used;
+            r.max_err = 0;
+            for (const Check& c : v.checks) {
+              r.max_err = std::max(r.max_err, c.max_err);
+              if (!c.pass) std::cerr << s->folder << ": " << c.summary() << "\n";
+            }
+            all_pass = all_pass && v.pass;
+          }
+          TimeOptions t = o.time;
+          t.seed = o.prob.seed;
+          Stats st = time_step(*s, p, bwd, t);
+          r.ran = true;
+          r.ms = st.median_ms;
+          r.tflops = (bwd ? flops_backward(p) : flops_forward(p)) / (st.median_ms * 1e-3) / 1e12;
+          r.extra = extra_bytes(*s, p, bwd);
+          if (s->gpu()) r.ceiling_frac = r.tflops / cublas_tflops;
+          else r.ceiling_frac = r.tflops * 1000 / eigen_gflops;
+          if (!bwd) {
+            r.speedup = prev_ms / st.median_ms;
+            prev_ms = st.median_ms;
+          }
+          nlohmann::json rec = make_record(s->folder, bwd ? "bwd" : "fwd", p, st,
+                                           r.checked ? std::optional<double>(r.tol_used) : std::nullopt,
+                                           s->gpu() ? env : cpu_env);
+          rec["extra_bytes"] = r.extra;
+          rec["pass_check"] = r.checked ? nlohmann::json(r.pass) : nlohmann::json(nullptr);
+          emit(rec);
+        } catch (const Error& e) {
+          r.ran = false;
+          r.status = std::string("ERROR: ") + e.what();
+          all_pass = false;
+        }
+        rows.push_back(r);
+      }
+    }
+    print_table(rows);
+  }
+  if (!all_pass) std::cout << "\nSome steps FAILED their check against the oracle (details above).\n";
+  return all_pass ? 0 : 1;
+}
+
+int list_steps() {
+  std::string why;
+  const bool have_gpu = gpu_device(&why).has_value();
+  std::cout << std::left << std::setw(26) << "step" << std::setw(5) << "on" << std::setw(10) << "backward"
+            << std::setw(18) << "types" << std::setw(22) << "head dims" << "the one idea\n";
+  for (const Step& s : ladder())
+    std::cout << std::left << std::setw(26) << s.folder << std::setw(5) << (s.gpu() ? "GPU" : "CPU")
+              << std::setw(10) << (s.has_backward() ? "yes" : "-") << std::setw(18) << s.dtypes_text()
+              << std::setw(22) << s.head_dims_text() << s.change << "\n";
+  if (!have_gpu) std::cout << "\nGPU steps need a CUDA device; here: " << why << "\n";
+  return 0;
+}
+
+int show_diff(const std::string& name) {
+  const Step* s = find_step(name);
+  if (!s) throw Error("unknown step '" + name + "'; see 'flashladder steps'");
+  const auto& L = ladder();
+  size_t idx = size_t(s - L.data());
+  if (idx == 0) throw Error("step " + s->folder + " is the first step; there is nothing before it to diff against");
+  const Step& prev = L[idx - 1];
+  auto source = [](const Step& st) {
+    fs::path dir = fs::path(FLASHLADDER_SOURCE_DIR) / "steps" / st.folder;
+    for (const char* f : {"attention.cu", "attention.cpp"})
+      if (fs::exists(dir / f)) return dir / f;
+    throw Error("no attention.cu or attention.cpp in " + dir.string());
+  };
+  const std::string a = source(prev).string(), b = source(*s).string();
+  const std::string cmd = "diff -u '" + a + "' '" + b + "'";
+  std::cout << "# " << s->folder << " against " << prev.folder << ": " << s->change << "\n" << std::flush;
+  int rc = std::system(cmd.c_str());
+  if (rc == -1) throw Error("could not run diff");
+  return 0;  // diff exits 1 when files differ, which is the point
+}
+
+}  // namespace fl::cli
