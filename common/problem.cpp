@@ -37,8 +37,8 @@ std::string Problem::invalid_reason() const {
   if (H >= 1 && H_kv >= 1 && H % H_kv != 0)
     e << "H = " << H << " is not a multiple of H_kv = " << H_kv
       << ": each K/V head must serve a whole number of query heads (MQA/GQA). ";
-  if (!std::isnan(scale) && !(std::isfinite(scale) && scale > 0))
-    e << "softmax scale = " << scale << " is not allowed: it must be finite and > 0. ";
+  if (scale && !(std::isfinite(*scale) && *scale > 0))
+    e << "softmax scale = " << *scale << " is not allowed: it must be finite and > 0. ";
   // 2^40 elements (4 TiB of fp32) per tensor keeps every index product inside int64 with room.
   const int64_t kMax = int64_t(1) << 40;
   if (e.str().empty()) {

@@ -38,10 +38,10 @@ struct Problem {
   int64_t Nk = 1;     // key length
   int64_t d = 64;     // head dimension
   bool causal = false;
-  double scale = std::nan("");  // softmax_scale; NaN means the default 1/sqrt(d)
+  std::optional<double> scale;  // softmax_scale; empty means the default 1/sqrt(d)
   DType dtype = DType::f16;
 
-  double softmax_scale() const { return std::isnan(scale) ? 1.0 / std::sqrt(double(d)) : scale; }
+  double softmax_scale() const { return scale ? *scale : 1.0 / std::sqrt(double(d)); }
   int64_t group() const { return H / H_kv; }           // query heads per K/V head
   int64_t kv_head(int64_t h) const { return h / group(); }
 

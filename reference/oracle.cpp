@@ -56,7 +56,9 @@ Forward forward(const Inputs& in, bool want) {
         if (want) { f.m[li] = -kInf; f.l[li] = 0; }
         continue;
       }
-      P.row(i) = (S.row(i).array() - m).exp().matrix();
+      // Scalar exp with the mask explicit: Eigen's vectorised exp clamps −∞ to about −709 and
+      // returns 1e-308 rather than 0, and the oracle must give masked entries exactly zero weight.
+      for (int64_t j = 0; j < p.Nk; ++j) P(i, j) = p.visible(i, j) ? std::exp(S(i, j) - m) : 0.0;
       const double l = P.row(i).sum();
       P.row(i) /= l;
       f.lse[li] = m + std::log(l);
@@ -95,7 +97,8 @@ Backward backward(const Inputs& in, const Forward& f) {
       Mat<double> P = scores(in, b, h);
       for (int64_t i = 0; i < p.Nq; ++i) {
         const double L = f.lse[p.lse_at(b, h, i)];
-        P.row(i) = (P.row(i).array() - L).exp().matrix();  // exp(-inf) = 0; L = +inf gives 0
+        for (int64_t j = 0; j < p.Nk; ++j)  // masked entries and rows with L = +inf: exactly 0
+          P(i, j) = p.visible(i, j) && std::isfinite(L) ? std::exp(P(i, j) - L) : 0.0;
       }
       Eigen::VectorXd D = (dO.array() * O.array()).rowwise().sum();  // [Nq]
       for (int64_t i = 0; i < p.Nq; ++i) g.D[p.lse_at(b, h, i)] = D(i);

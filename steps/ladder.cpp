@@ -3,19 +3,23 @@
 
 #include <sstream>
 
-// Each step's source defines fl::sNN::impl. GPU steps exist only in builds with nvcc.
+// Each step's source defines fl::sNN::impl. GPU steps' sources are compiled only in builds with
+// nvcc; their impl is declared weak, so in a build without CUDA its address is null and the step
+// is listed but refused with the reason ("not in this build").
 namespace fl::s01 { extern const StepImpl impl; }
 namespace fl::s02 { extern const StepImpl impl; }
-#ifdef FLASHLADDER_HAVE_CUDA
-namespace fl::s03 { extern const StepImpl impl; }
-namespace fl::s04 { extern const StepImpl impl; }
-namespace fl::s05 { extern const StepImpl impl; }
-namespace fl::s06 { extern const StepImpl impl; }
-namespace fl::s07 { extern const StepImpl impl; }
+#define FL_GPU_STEP(ns) namespace fl::ns { extern const StepImpl impl __attribute__((weak)); }
+FL_GPU_STEP(s03)
+FL_GPU_STEP(s04)
+FL_GPU_STEP(s05)
+FL_GPU_STEP(s06)
+FL_GPU_STEP(s07)
+FL_GPU_STEP(s08a)
+FL_GPU_STEP(s08b)
+FL_GPU_STEP(s08c)
+FL_GPU_STEP(s08d)
+FL_GPU_STEP(s09)
 #define FL_GPU(x) (&(x))
-#else
-#define FL_GPU(x) nullptr
-#endif
 
 namespace fl {
 
@@ -24,6 +28,8 @@ const std::vector<DType> kCpuTypes = {DType::f32};
 const std::vector<DType> kGpuTypes = {DType::f16, DType::bf16};
 const std::vector<int64_t> kAnyD = {};
 const std::vector<int64_t> kCudaCoreD = {64, 128};
+const std::vector<int64_t> kFa2D = {32, 64, 96, 128, 256};  // the head dims FlashAttention-2 ships
+const std::vector<int64_t> kBwdD = {32, 64, 96, 128};
 }  // namespace
 
 const std::vector<Step>& ladder() {
@@ -49,6 +55,21 @@ const std::vector<Step>& ladder() {
       {"07", "07_warp_qsplit",
        "warps split Q_i (each owns whole rows) and share K_j, V_j: no cross-warp reduction",
        Where::gpu, false, kGpuTypes, kCudaCoreD, FL_GPU(s07::impl)},
+      {"08a", "08a_tensor_cores",
+       "S_ij = Q_i K_jᵀ and P̃_ij V_j on tensor cores (mma.sync m16n8k16 via ldmatrix), P̃_ij kept in registers",
+       Where::gpu, false, kGpuTypes, kFa2D, FL_GPU(s08a::impl)},
+      {"08b", "08b_swizzle",
+       "XOR-swizzled shared memory: ldmatrix reads without bank conflicts",
+       Where::gpu, false, kGpuTypes, kFa2D, FL_GPU(s08b::impl)},
+      {"08c", "08c_cp_async",
+       "cp.async loads of K_j+1, V_j+1 issued before the math on K_j, V_j (double buffering)",
+       Where::gpu, false, kGpuTypes, kFa2D, FL_GPU(s08c::impl)},
+      {"08d", "08d_exp2_tuned",
+       "softmax in the exp2 domain with the scale folded in, tile shapes tuned per head dim",
+       Where::gpu, false, kGpuTypes, kFa2D, FL_GPU(s08d::impl)},
+      {"09", "09_backward",
+       "FA2 Algorithm 2: D = rowsum(dO∘O); one block per K_j/V_j keeps dK_j, dV_j on chip; dQ by atomicAdd in fp32",
+       Where::gpu, true, kGpuTypes, kBwdD, FL_GPU(s09::impl)},
   };
   return steps;
 }
@@ -96,7 +117,13 @@ std::string Step::refusal(const Problem& p) const {
   if (!supports_d(p.d))
     return "step " + folder + " does not support head dim d = " + std::to_string(p.d) +
            "; it supports d in {" + head_dims_text() + "}";
-  if (!impl) return "step " + folder + " is not in this build: it needs CUDA (nvcc was not found when the build was configured)";
+  if (!impl) {
+#ifdef FLASHLADDER_HAVE_CUDA
+    return "step " + folder + " is not in this build: its source steps/" + folder + "/attention.cu was not compiled";
+#else
+    return "step " + folder + " is not in this build: it needs CUDA (nvcc was not found when the build was configured)";
+#endif
+  }
   if (impl->limits) return impl->limits(p);
   return "";
 }

@@ -7,6 +7,7 @@
 // except 128, on purpose.
 #pragma once
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -65,4 +66,13 @@ inline std::string case_name(const Case& c, const Step& s) {
          (c.q_scale != 1.0 ? "_largelogit" : "");
 }
 
+/// Readable test parameters in gtest's output (instead of a byte dump).
+inline void PrintTo(const Case& c, std::ostream* os) {
+  *os << "Nq=" << c.Nq << " Nk=" << c.Nk << " H_kv=" << c.H_kv << (c.causal ? " causal" : "") << " q_scale=" << c.q_scale;
+}
+
 }  // namespace fl::test
+
+namespace fl {
+inline void PrintTo(const Step* s, std::ostream* os) { *os << (s ? s->folder : "null"); }
+}  // namespace fl

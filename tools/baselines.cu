@@ -78,7 +78,7 @@ __global__ void softmax_rows(const T* S, T* P, float* L, int64_t rows, int64_t N
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
   const int64_t i = row % Nq;
-  const int64_t last = causal ? std::min<int64_t>(Nk, i + Nk - Nq + 1) : Nk;  // keys [0, last) visible
+  const int64_t last = causal ? i + Nk - Nq + 1 : Nk;  // keys [0, last) visible (<= 0: none)
   const T* s = S + row * Nk;
   T* p = P + row * Nk;
   float m = -INFINITY;

@@ -41,8 +41,7 @@ Problem ProblemOptions::problem() const {
   p.Nk = Nk ? Nk : N;
   p.d = d;
   p.causal = causal;
-  if (scale != 0) p.scale = scale;
-  if (std::isnan(scale)) p.scale = scale;  // refused by validate(), with the reason
+  p.scale = scale;  // a NaN, zero or negative scale is refused by validate(), with the reason
   auto t = parse_dtype(dtype);
   if (!t) throw Error("unknown storage type '" + dtype + "': use fp16, bf16 or fp32");
   p.dtype = *t;
