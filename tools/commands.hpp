@@ -33,7 +33,21 @@ struct LadderOptions {
 };
 
 int run_ladder(const LadderOptions& o);
-int list_steps();
+
+struct BenchOptions {
+  std::string json;
+  std::string headline_steps = "all";       // GPU steps run at the headline problem
+  std::vector<DType> headline_dtypes = {DType::f16};
+  std::string sweep_steps;                  // steps timed over the FA2 sweep ("" = none)
+  bool sweep_cublas = true;
+  uint64_t seed = 1;
+  TimeOptions time;
+};
+int run_bench(const BenchOptions& o);
+/// Steps against the oracle on one problem, untimed (what compute-sanitizer runs). Exit 1 on a failure.
+int run_check(const ProblemOptions& po, const std::string& steps, bool backward);
+/// The step list; with names_only, a comma-separated list of folders (for scripts), filtered.
+int list_steps(bool names_only = false, bool gpu_only = false, int64_t head_dim = 0);
 int show_diff(const std::string& step);
 
 /// The cuBLAS baselines (GEMM rate and standard attention); in builds without CUDA these throw.

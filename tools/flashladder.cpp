@@ -3,6 +3,8 @@
 //   flashladder                 the ladder: every step this machine can run, checked and timed
 //   flashladder steps           the list of steps
 //   flashladder diff NN         the source diff of step NN against step NN−1
+//   flashladder check           steps against the oracle on one problem, untimed
+//   flashladder bench           the benchmark (GPU): ceilings, headline problem, FA2 sweep
 //   flashladder --help, flashladder SUBCOMMAND --help
 //
 // Exit status: 0 all good; 1 a check failed; 2 bad input (named in the message).
@@ -33,9 +35,33 @@ int main(int argc, char** argv) {
   add_ladder_options(app);
 
   CLI::App* steps = app.add_subcommand("steps", "List the steps: number, folder, the one idea, types, head dims");
+  bool steps_names = false, steps_gpu = false;
+  int64_t steps_d = 0;
+  steps->add_flag("--names", steps_names, "Print only the folders, comma-separated (for scripts)");
+  steps->add_flag("--gpu", steps_gpu, "Only GPU steps");
+  steps->add_option("--head-dim", steps_d, "Only steps that support this head dim");
   std::string diff_step;
   CLI::App* diff = app.add_subcommand("diff", "Show the source diff of a step against the step before it");
   diff->add_option("step", diff_step, "Step number, folder or name (e.g. 05)")->required();
+
+  ProblemOptions chk_prob;
+  std::string chk_steps;
+  bool chk_bwd = false;
+  CLI::App* check = app.add_subcommand("check", "Run steps once against the oracle, untimed (exit 1 on any failure)");
+  chk_prob.add_to(*check);
+  check->add_option("--steps", chk_steps, "Comma-separated steps; default: all");
+  check->add_flag("--backward", chk_bwd, "Also check the backward of steps that have one");
+
+  BenchOptions bench_o;
+  std::vector<std::string> bench_types = {"fp16"};
+  CLI::App* bench = app.add_subcommand("bench", "The benchmark: cuBLAS ceilings, the headline problem, the FA2 sweep (GPU)");
+  bench->add_option("--json", bench_o.json, "Append one JSON record per measurement to this file");
+  bench->add_option("--steps", bench_o.headline_steps, "GPU steps at the headline problem (default all)")->capture_default_str();
+  bench->add_option("--headline-dtypes", bench_types, "Storage types of the headline problem")->delimiter(',')->capture_default_str();
+  bench->add_option("--sweep-steps", bench_o.sweep_steps, "Steps timed over the FA2 sweep (default none)");
+  bench->add_flag("!--no-sweep-cublas", bench_o.sweep_cublas, "Skip cuBLAS standard attention in the sweep");
+  bench->add_option("--reps", bench_o.time.reps, "Timed repetitions")->capture_default_str();
+  bench->add_option("--warmup", bench_o.time.warmup, "Warm-up repetitions")->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -43,8 +69,18 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
-    if (*steps) return list_steps();
+    if (*steps) return list_steps(steps_names, steps_gpu, steps_d);
     if (*diff) return show_diff(diff_step);
+    if (*check) return run_check(chk_prob, chk_steps, chk_bwd);
+    if (*bench) {
+      bench_o.headline_dtypes.clear();
+      for (const std::string& t : bench_types) {
+        auto d = fl::parse_dtype(t);
+        if (!d) throw fl::Error("unknown storage type '" + t + "': use fp16, bf16 or fp32");
+        bench_o.headline_dtypes.push_back(*d);
+      }
+      return run_bench(bench_o);
+    }
     return run_ladder(lad);
   } catch (const fl::Error& e) {
     std::cerr << "flashladder: error: " << e.what() << "\n";

@@ -265,7 +265,14 @@ int run_ladder(const LadderOptions& o) {
   return all_pass ? 0 : 1;
 }
 
-int list_steps() {
+int list_steps(bool names_only, bool gpu_only, int64_t head_dim) {
+  if (names_only) {
+    std::string out;
+    for (const Step& s : ladder())
+      if ((!gpu_only || s.gpu()) && (head_dim == 0 || s.supports_d(head_dim))) out += (out.empty() ? "" : ",") + s.folder;
+    std::cout << out << "\n";
+    return 0;
+  }
   std::string why;
   const bool have_gpu = gpu_device(&why).has_value();
   std::cout << std::left << std::setw(26) << "step" << std::setw(5) << "on" << std::setw(10) << "backward"

@@ -1,0 +1,157 @@
+"""flashladder — tools/fl_results.py: the step list and the benchmark records, for the docs scripts.
+
+Shared by tools/readme_table.py, tools/docs_pages.py and notebooks/results.ipynb (standard library
+only, so it runs on any Python 3.9+):
+
+  parse_ladder(root)   the steps, in ladder order, read from steps/ladder.cpp (THE list of steps)
+  load_records(root)   every record of docs/results/*.jsonl, in file order (one JSON object per line)
+  headline_view(...)   for the headline problem: the device to report and, per impl, the record to show
+
+The records' fields are those of common/record.hpp: impl, pass, dtype, B, H, H_kv, Nq, Nk, d, causal,
+median_ms, min_ms, p90_ms, tflops, tol_used, device, sm_count, cuda, driver, commit, date (and, from
+`flashladder`, extra_bytes, reps and pass_check).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+# The headline problem of ../shared/design/ladder.md: fp16, B = 4, H = 16, N = 4096, d = 128, non-causal.
+HEADLINE = {"pass": "fwd", "dtype": "fp16", "B": 4, "H": 16, "H_kv": 16, "Nq": 4096, "Nk": 4096, "d": 128,
+            "causal": False}
+BASELINES = ("torch_flash", "torch_cudnn", "cublas_attention", "cublas_gemm")
+FLOP_CONVENTION = ("FLOPs by the FlashAttention convention: forward 4·B·H·Nq·Nk·d "
+                   "(halved when causal), backward 2.5× forward")
+
+
+@dataclass
+class Step:
+    number: str            # "08a"
+    folder: str            # "08a_tensor_cores"
+    change: str            # the one idea it adds
+    where: str             # "cpu" or "gpu"
+    backward: bool
+    dtypes: list = field(default_factory=list)     # ["fp16", "bf16"]
+    head_dims: list = field(default_factory=list)  # [] means any d
+
+    def source(self, root: str) -> str | None:
+        """The step's one source file (attention.cu or attention.cpp), or None when not written yet."""
+        for name in ("attention.cu", "attention.cpp"):
+            path = os.path.join(root, "steps", self.folder, name)
+            if os.path.exists(path):
+                return path
+        return None
+
+    def head_dims_text(self) -> str:
+        return ", ".join(str(d) for d in self.head_dims) if self.head_dims else "any"
+
+
+_STRING = r'"((?:[^"\\]|\\.)*)"'
+_DTYPE = {"f32": "fp32", "f16": "fp16", "bf16": "bf16"}
+
+
+def _unescape(s: str) -> str:
+    return s.encode("utf-8").decode("unicode_escape").encode("latin-1").decode("utf-8") if "\\" in s else s
+
+
+def parse_ladder(root: str) -> list[Step]:
+    """Reads steps/ladder.cpp. Each entry there looks like
+         {"05", "05_fa2_lse", "the change …" ["more of it" …], Where::gpu, false, kGpuTypes, kCudaCoreD, …},
+    and the constant lists (kGpuTypes = {DType::f16, DType::bf16}; kCudaCoreD = {64, 128}) are read too."""
+    path = os.path.join(root, "steps", "ladder.cpp")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    consts = {}
+    for m in re.finditer(r"const\s+std::vector<\s*(DType|int64_t|int)\s*>\s+(\w+)\s*=\s*\{([^}]*)\}", text):
+        kind, name, body = m.groups()
+        items = [x.strip() for x in body.split(",") if x.strip()]
+        if kind == "DType":
+            consts[name] = [_DTYPE.get(x.split("::")[-1], x) for x in items]
+        else:
+            consts[name] = [int(x) for x in items]
+    entry = re.compile(r'\{\s*"(\w+)"\s*,\s*"(\w+)"\s*,\s*((?:' + _STRING + r'\s*)+),\s*Where::(\w+)\s*,\s*(true|false)'
+                       r'\s*,\s*(\w+)\s*,\s*(\w+)')
+    steps = []
+    for m in entry.finditer(text):
+        number, folder, strings = m.group(1), m.group(2), m.group(3)
+        change = "".join(_unescape(s) for s in re.findall(_STRING, strings))
+        where, bwd, types, dims = m.group(5), m.group(6), m.group(7), m.group(8)
+        steps.append(Step(number, folder, change, where, bwd == "true", consts.get(types, [types]),
+                          consts.get(dims, [])))
+    listed = re.findall(r'\{\s*"\w+"\s*,\s*"\d\d\w*"\s*,', text)
+    if not steps or len(steps) != len(listed):
+        raise RuntimeError(f"{path}: read {len(steps)} of {len(listed)} step entries: has the format of "
+                           "the list changed? (tools/fl_results.py parse_ladder reads it)")
+    return steps
+
+
+def load_records(root: str) -> list[dict]:
+    """Every record of docs/results/*.jsonl, files in name order, lines in file order. A line that is
+    not a JSON object is an error that names the file and line (tables are never made from guesses)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(root, "docs", "results", "*.jsonl"))):
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise RuntimeError(f"{path}:{n}: not a JSON record: {e}") from None
+                if not isinstance(rec, dict) or "impl" not in rec:
+                    raise RuntimeError(f"{path}:{n}: a record must be a JSON object with an 'impl' field")
+                rec["_file"] = os.path.relpath(path, root)
+                rec["_line"] = n
+                out.append(rec)
+    return out
+
+
+def matches(rec: dict, problem: dict) -> bool:
+    return all(rec.get(k) == v for k, v in problem.items())
+
+
+def is_gpu_record(rec: dict) -> bool:
+    return bool(rec.get("sm_count"))
+
+
+def _order(rec: dict):
+    """Later is newer: by date, then by position in the files."""
+    return (str(rec.get("date", "")), rec.get("_file", ""), rec.get("_line", 0))
+
+
+@dataclass
+class HeadlineView:
+    device: str | None            # the GPU whose records are shown; None when there are none
+    env: dict | None              # a record of that device (cuda, driver, sm_count, commit, date)
+    rows: dict                    # impl -> the record shown for it (GPU steps and baselines on `device`)
+    cpu_rows: dict                # CPU step impl -> its newest record at the headline shape (any dtype)
+
+
+def headline_view(steps: list[Step], records: list[dict], problem: dict | None = None) -> HeadlineView:
+    """Picks what the README table shows. The device is the GPU of the newest GPU record at the headline
+    problem; on it, each impl's newest record. CPU steps run fp32 on the CPU (the storage type of CPU
+    steps), so for them the newest record at the headline shape, whatever its dtype."""
+    problem = problem or HEADLINE
+    gpu = [r for r in records if matches(r, problem) and is_gpu_record(r)]
+    device, env, rows = None, None, {}
+    if gpu:
+        env = max(gpu, key=_order)
+        device = env.get("device")
+        for r in sorted((r for r in gpu if r.get("device") == device), key=_order):
+            rows[r["impl"]] = r  # newest wins
+    shape = {k: v for k, v in problem.items() if k != "dtype"}
+    cpu_rows = {}
+    cpu_steps = {s.folder for s in steps if s.where == "cpu"}
+    for r in sorted((r for r in records if r.get("impl") in cpu_steps and matches(r, shape)), key=_order):
+        cpu_rows[r["impl"]] = r
+    return HeadlineView(device, env, rows, cpu_rows)
+
+
+def problem_text(problem: dict | None = None) -> str:
+    p = problem or HEADLINE
+    return (f"{p['dtype']}, B = {p['B']}, H = {p['H']}, N = {p['Nq']}, d = {p['d']}, "
+            f"{'causal' if p['causal'] else 'non-causal'}, forward")

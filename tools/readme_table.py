@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""flashladder — tools/readme_table.py: the ladder table of README.md, written from docs/results/*.jsonl.
+
+    tools/readme_table.py           rewrite the block between the markers in README.md
+    tools/readme_table.py --check   exit 1 (and show the difference) when README.md and the results disagree
+    tools/readme_table.py --print   print the block, change nothing
+
+The block sits between `<!-- ladder-table:begin -->` and `<!-- ladder-table:end -->`; everything else in
+README.md belongs to its authors and is left alone. The rows are the steps of steps/ladder.cpp in ladder
+order (never sorted by speed), for the headline problem (fp16, B = 4, H = 16, N = 4096, d = 128,
+non-causal). Each GPU row shows that step's newest record on the GPU of the newest headline record, and
+its fraction of PyTorch's FlashAttention-2 (`torch_flash`) measured on that same GPU and shape. A cell with
+no record says "not yet measured": no number appears here that a run did not produce.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fl_results as flr  # noqa: E402
+
+BEGIN = "<!-- ladder-table:begin -->"
+END = "<!-- ladder-table:end -->"
+NOT_YET = "not yet measured"
+PLOT = "docs/img/ladder_tflops.png"
+
+
+def fmt_ms(ms: float) -> str:
+    if ms >= 100:
+        return f"{ms:.0f}"
+    if ms >= 10:
+        return f"{ms:.1f}"
+    return f"{ms:.3f}"
+
+
+def fmt_tflops(t: float) -> str:
+    return f"{t:.1f}" if t >= 10 else f"{t:.2f}" if t >= 0.1 else f"{t:.4f}"
+
+
+def error_cell(rec: dict) -> str:
+    tol = rec.get("tol_used")
+    if tol is None:
+        return "unchecked"
+    cell = f"{100 * tol:.0f}%"
+    if rec.get("pass_check") is False or not (tol <= 1.0):
+        cell = f"**FAIL** ({cell})"
+    return cell
+
+
+def block(root: str) -> str:
+    steps = flr.parse_ladder(root)
+    records = flr.load_records(root)
+    view = flr.headline_view(steps, records)
+    lines = [BEGIN,
+             "<!-- Written by tools/readme_table.py from docs/results/*.jsonl; edit those, not this block. -->"]
+    if os.path.exists(os.path.join(root, PLOT)):
+        lines += ["", f"![TFLOP/s of each step against N, with PyTorch's FlashAttention-2 and cuDNN]({PLOT})"]
+    lines += ["",
+              "| step | its one change | median ms | TFLOP/s | of FA2 (torch_flash) | error / tolerance |",
+              "|---|---|--:|--:|--:|--:|"]
+
+    # The backward rows (step 09 on) compare with torch_flash's backward on the same device and shape.
+    bwd_view = flr.headline_view(steps, records, dict(flr.HEADLINE, **{"pass": "bwd"}))
+    bwd_rows = bwd_view.rows if bwd_view.device == view.device else {}
+
+    for s in steps:
+        passes = ["fwd", "bwd"] if s.backward else ["fwd"]
+        for pass_ in passes:
+            name = f"[{s.folder}](steps/{s.folder})" + (" backward" if pass_ == "bwd" else "")
+            change = s.change.replace("|", "\\|")
+            if s.where == "cpu":
+                rec = view.cpu_rows.get(s.folder)
+            else:
+                rec = (view.rows if pass_ == "fwd" else bwd_rows).get(s.folder)
+            if rec is None:
+                lines.append(f"| {name} | {change} | {NOT_YET} | {NOT_YET} | – | – |")
+                continue
+            ms, tf = rec["median_ms"], rec["tflops"]
+            if s.where == "cpu":
+                note = f" ({rec.get('dtype')}, CPU)"
+                frac = "– (CPU)"
+            else:
+                note = ""
+                ref = (view.rows if pass_ == "fwd" else bwd_rows).get("torch_flash")
+                frac = f"{100 * ref['median_ms'] / ms:.0f}%" if ref else f"torch_flash {NOT_YET}"
+            lines.append(f"| {name} | {change} | {fmt_ms(ms)}{note} | {fmt_tflops(tf)} | {frac} | {error_cell(rec)} |")
+    for base in ("torch_flash", "torch_cudnn"):
+        rec = view.rows.get(base)
+        if rec:
+            ref = view.rows.get("torch_flash")
+            lines.append(f"| {base} (PyTorch SDPA baseline) | – | {fmt_ms(rec['median_ms'])} | "
+                         f"{fmt_tflops(rec['tflops'])} | {100 * ref['median_ms'] / rec['median_ms']:.0f}% | – |")
+    lines.append("")
+    if view.device:
+        e = view.env
+        reps = e.get("reps")
+        lines.append(f"GPU: {view.device} ({e.get('sm_count')} SMs), CUDA {e.get('cuda') or '?'}, driver "
+                     f"{e.get('driver') or '?'} · problem: {flr.problem_text()} · {flr.FLOP_CONVENTION} · "
+                     f"times are medians{f' of {reps} launches' if reps else ''} · results of commit "
+                     f"{e.get('commit')}, {e.get('date')}, in `{e.get('_file')}`.")
+    else:
+        lines.append(f"GPU: none yet — no GPU record of the headline problem ({flr.problem_text()}) is in "
+                     f"`docs/results/`, so every GPU cell says *{NOT_YET}*. {flr.FLOP_CONVENTION}.")
+    cpu = [r for r in view.cpu_rows.values()]
+    if cpu:
+        devs = sorted({r.get("device", "?") for r in cpu})
+        lines.append(f"CPU rows: {', '.join(devs)}, fp32 (the CPU steps' storage type), same shape.")
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when README.md disagrees with the results")
+    ap.add_argument("--print", action="store_true", help="print the block and change nothing")
+    ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                    help="the repository root (default: this script's ../)")
+    a = ap.parse_args()
+    try:
+        new = block(a.root)
+    except RuntimeError as e:
+        print(f"readme_table: {e}", file=sys.stderr)
+        return 2
+    if a.print:
+        print(new)
+        return 0
+    readme = os.path.join(a.root, "README.md")
+    if not os.path.exists(readme):
+        if a.check:
+            print("readme_table: README.md does not exist; run tools/readme_table.py to create it", file=sys.stderr)
+            return 1
+        with open(readme, "w", encoding="utf-8") as f:
+            f.write(new + "\n")
+        print("readme_table: created README.md holding only the table block")
+        return 0
+    with open(readme, encoding="utf-8") as f:
+        text = f.read()
+    b, e = text.find(BEGIN), text.find(END)
+    if b < 0 or e < 0 or e < b:
+        print(f"readme_table: README.md lacks the markers {BEGIN} … {END} (in that order)", file=sys.stderr)
+        return 1
+    old = text[b:e + len(END)]
+    if a.check:
+        if old == new:
+            print("readme_table: README.md's table agrees with docs/results")
+            return 0
+        sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
+                                                   "README.md (committed)", "README.md (from docs/results)"))
+        print("\nreadme_table: README.md's table disagrees with docs/results; run tools/readme_table.py")
+        return 1
+    if old != new:
+        with open(readme, "w", encoding="utf-8") as f:
+            f.write(text[:b] + new + text[e + len(END):])
+        print("readme_table: README.md's table rewritten")
+    else:
+        print("readme_table: README.md's table already agrees with docs/results")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
