@@ -69,8 +69,8 @@ def block(root: str) -> str:
     for s in steps:
         passes = ["fwd", "bwd"] if s.backward else ["fwd"]
         for pass_ in passes:
-            name = f"[{s.folder}](steps/{s.folder})" + (" backward" if pass_ == "bwd" else "")
-            change = s.change.replace("|", "\\|")
+            name = f"[{s.folder}](steps/{s.folder})" + (" (backward pass)" if pass_ == "bwd" else "")
+            change = s.change.replace("|", "\\|") if pass_ == "fwd" else "the same step's backward pass, timed against torch_flash's backward"
             if s.where == "cpu":
                 rec = view.cpu_rows.get(s.folder)
             else:
@@ -98,7 +98,8 @@ def block(root: str) -> str:
         e = view.env
         reps = e.get("reps")
         lines.append(f"GPU: {view.device} ({e.get('sm_count')} SMs), CUDA {e.get('cuda') or '?'}, driver "
-                     f"{e.get('driver') or '?'} · problem: {flr.problem_text()} · {flr.FLOP_CONVENTION} · "
+                     f"{e.get('driver') or '?'} · problem: {flr.problem_text()} (backward rows: its backward pass) · "
+                     f"{flr.FLOP_CONVENTION} · "
                      f"times are medians{f' of {reps} launches' if reps else ''} · results of commit "
                      f"{e.get('commit')}, {e.get('date')}, in `{e.get('_file')}`.")
     else:

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""flashladder — tools/run_notebook.py: execute one notebook headless, as the test suite does.
+
+    tools/run_notebook.py notebooks/online_softmax.ipynb [--out DIR] [--img-dir DIR]
+
+1. The committed notebook must carry no outputs (outputs stay out of git: they would make every run a
+   diff); a notebook with outputs fails here with the command that strips them.
+2. Debian's jupyter-nbconvert (python3-nbconvert, python3-nbclient, python3-ipykernel) executes it with
+   a fresh kernel; the executed copy goes to --out (default: a temporary folder), never over the source.
+   An exception in any cell — the notebooks end with assertions — fails the run.
+
+The notebooks find the repository through FLASHLADDER_ROOT and write their figures to FLASHLADDER_IMG_DIR
+(results.ipynb: docs/img/ by default; the test points it into the build folder so a test run never
+changes tracked files; tools/docs-refresh points it at docs/img/).
+Exit status: 0 pass, 1 fail, 77 skipped (a package missing; FLASHLADDER_REQUIRE_DOCS=1 turns that into 1).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def stripped_problems(nb: dict) -> list:
+    bad = []
+    for i, cell in enumerate(nb.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        if cell.get("outputs"):
+            bad.append(f"cell {i} has outputs")
+        if cell.get("execution_count") is not None:
+            bad.append(f"cell {i} has an execution count")
+    return bad
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("notebook")
+    ap.add_argument("--out", help="folder for the executed copy (default: a temporary folder)")
+    ap.add_argument("--img-dir", help="where results.ipynb writes its PNGs (default: <out>/img)")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    a = ap.parse_args()
+
+    with open(a.notebook, encoding="utf-8") as f:
+        nb = json.load(f)
+    bad = stripped_problems(nb)
+    if bad:
+        print(f"FAIL: {a.notebook} is committed with outputs ({'; '.join(bad[:5])}). Strip them with:\n"
+              f"  jupyter-nbconvert --clear-output --inplace {a.notebook}")
+        return 1
+
+    missing = []
+    for mod in ("nbconvert", "nbclient", "ipykernel", "numpy", "matplotlib"):
+        try:
+            __import__(mod)
+        except ImportError:
+            missing.append(mod)
+    if missing:
+        print(f"SKIPPED: {sys.executable} lacks {', '.join(missing)}; tools/install-deps installs Debian's "
+              "jupyter-nbconvert, python3-nbclient, python3-ipykernel, python3-numpy, python3-matplotlib")
+        return 1 if os.environ.get("FLASHLADDER_REQUIRE_DOCS") == "1" else 77
+
+    nb_path = os.path.abspath(a.notebook)
+    out = os.path.abspath(a.out or tempfile.mkdtemp(prefix="flashladder-nb-"))
+    os.makedirs(out, exist_ok=True)
+    env = dict(os.environ)
+    env["FLASHLADDER_ROOT"] = ROOT
+    env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # quiets the kernel's debugger notes
+    env["FLASHLADDER_IMG_DIR"] = os.path.abspath(a.img_dir or os.path.join(out, "img"))
+    cmd = [sys.executable, "-m", "nbconvert", "--to", "notebook", "--execute", f"--output-dir={out}",
+           f"--ExecutePreprocessor.timeout={a.timeout}", "--ExecutePreprocessor.kernel_name=python3",
+           nb_path]
+    print("running:", " ".join(cmd), flush=True)
+    r = subprocess.run(cmd, env=env, cwd=os.path.dirname(nb_path))  # the kernel starts in notebooks/
+    if r.returncode != 0:
+        print(f"FAIL: {a.notebook} did not execute cleanly (exit {r.returncode}); the error is above")
+        return 1
+    # Show the notebook's printed summary lines, so the test log says what was checked.
+    with open(os.path.join(out, os.path.basename(a.notebook)), encoding="utf-8") as f:
+        done = json.load(f)
+    for cell in done.get("cells", []):
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "stream":
+                sys.stdout.write("".join(o.get("text", [])))
+    print(f"PASS: {a.notebook} executed; the executed copy is in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
