@@ -31,42 +31,40 @@ std::string index_of(int64_t n, const std::vector<int64_t>& dims) {
 }
 }  // namespace
 
-Check compare(const std::string& name, const std::vector<float>& step, const std::vector<double>& oracle,
-              const std::vector<float>& baseline, const std::vector<int64_t>& dims, DType storage,
-              uint64_t seed) {
-  Check c;
-  c.tensor = name;
-  int64_t expect = 1;
-  for (int64_t x : dims) expect *= x;
-  if (int64_t(step.size()) != expect || int64_t(oracle.size()) != expect ||
-      int64_t(baseline.size()) != expect) {
-    std::ostringstream s;
-    s << "size mismatch: step " << step.size() << ", oracle " << oracle.size() << ", baseline "
-      << baseline.size() << ", shape wants " << expect;
-    c.first_bad = s.str();
-    c.bad = 1;
-    c.frac = INFINITY;
-    return c;
-  }
+Tolerance tolerance_for(const std::vector<double>& oracle, const std::vector<float>& baseline, DType storage) {
+  Tolerance t;
   double max_ref = 0;
-  for (int64_t n = 0; n < expect; ++n) {
-    const double r = oracle[n];
+  const size_t n = std::min(oracle.size(), baseline.size());
+  for (size_t i = 0; i < n; ++i) {
+    const double r = oracle[i];
     if (std::isfinite(r)) {
       max_ref = std::max(max_ref, std::fabs(r));
-      const double e = std::fabs(double(baseline[n]) - r);
-      c.baseline_err = std::isfinite(e) ? std::max(c.baseline_err, e) : INFINITY;
+      const double e = std::fabs(double(baseline[i]) - r);
+      t.baseline_err = std::isfinite(e) ? std::max(t.baseline_err, e) : INFINITY;
     }
   }
-  const double floor = unit_roundoff(storage) * std::max(1.0, max_ref);
-  c.tol = 2 * c.baseline_err + floor;
-  for (int64_t n = 0; n < expect; ++n) {
+  t.floor = unit_roundoff(storage) * std::max(1.0, max_ref);
+  t.tol = 2 * t.baseline_err + t.floor;
+  return t;
+}
+
+namespace {
+
+// Every entry against c.tol, written so that NaN fails: ok only when err <= tol is true.
+template <class T>
+void judge(Check& c, const std::vector<T>& step, const std::vector<double>& oracle, const std::vector<int64_t>& dims,
+           uint64_t seed) {
+  const int64_t n_all = int64_t(oracle.size());
+  for (int64_t n = 0; n < n_all; ++n) {
     const double r = oracle[n], s = step[n];
     bool ok;
+    if (std::isnan(s)) ++c.nans;
     if (!std::isfinite(r)) {
       ok = (s == r);  // +inf must meet +inf; NaN never equals anything
     } else if (!std::isfinite(s)) {
       ok = false;
       ++c.nonfinite;
+      if (std::isinf(s)) ++c.infs;
     } else {
       const double e = std::fabs(s - r);
       c.max_err = std::max(c.max_err, e);
@@ -83,6 +81,46 @@ Check compare(const std::string& name, const std::vector<float>& step, const std
   }
   c.frac = c.tol > 0 ? c.max_err / c.tol : (c.max_err == 0 ? 0 : INFINITY);
   c.pass = c.bad == 0 && c.tol >= 0 && std::isfinite(c.tol);
+}
+
+// False (and c marked failed) when a size differs from what the shape wants.
+bool sizes_agree(Check& c, size_t step, size_t oracle, size_t baseline, const std::vector<int64_t>& dims) {
+  int64_t expect = 1;
+  for (int64_t x : dims) expect *= x;
+  if (int64_t(step) == expect && int64_t(oracle) == expect && int64_t(baseline) == expect) return true;
+  std::ostringstream s;
+  s << "size mismatch: step " << step << ", oracle " << oracle << ", baseline " << baseline << ", shape wants "
+    << expect;
+  c.first_bad = s.str();
+  c.bad = 1;
+  c.frac = INFINITY;
+  return false;
+}
+
+}  // namespace
+
+Check compare(const std::string& name, const std::vector<float>& step, const std::vector<double>& oracle,
+              const std::vector<float>& baseline, const std::vector<int64_t>& dims, DType storage,
+              uint64_t seed) {
+  Check c;
+  c.tensor = name;
+  if (!sizes_agree(c, step.size(), oracle.size(), baseline.size(), dims)) return c;
+  const Tolerance t = tolerance_for(oracle, baseline, storage);
+  c.baseline_err = t.baseline_err;
+  c.tol = t.tol;
+  judge(c, step, oracle, dims, seed);
+  return c;
+}
+
+Check compare_with_tol(const std::string& name, const std::vector<double>& step, const std::vector<double>& oracle,
+                       const Tolerance& tol, const std::vector<int64_t>& dims, uint64_t seed) {
+  Check c;
+  c.tensor = name;
+  if (!sizes_agree(c, step.size(), oracle.size(), oracle.size(), dims)) return c;
+  c.baseline_err = tol.baseline_err;
+  c.tol = std::isfinite(tol.tol) && tol.tol >= 0 ? tol.tol : NAN;  // NaN: every entry fails below
+  judge(c, step, oracle, dims, seed);
+  if (std::isnan(c.tol)) c.first_bad = "the tolerance " + std::to_string(tol.tol) + " is not a finite number >= 0";
   return c;
 }
 
@@ -91,7 +129,7 @@ std::string Check::summary() const {
   s.precision(3);
   s << tensor << ": " << (pass ? "pass" : "FAIL") << " max_err=" << max_err << " tol=" << tol
     << " (2x baseline " << baseline_err << " + floor) used=" << 100 * frac << "%";
-  if (!pass) s << " bad=" << bad << " nonfinite=" << nonfinite << " first " << first_bad;
+  if (!pass) s << " bad=" << bad << " nonfinite=" << nonfinite << " (nan=" << nans << " inf=" << infs << ") first " << first_bad;
   return s.str();
 }
 

@@ -27,6 +27,8 @@ struct Check {
   double frac = 0;           // max_err / tol: how much of the tolerance was used
   int64_t bad = 0;           // entries that failed (NaN, Inf, or over tol)
   int64_t nonfinite = 0;     // NaN or Inf entries where the oracle was finite
+  int64_t nans = 0;          // NaN entries of the step (each one fails)
+  int64_t infs = 0;          // ±Inf entries of the step where the oracle was finite (each one fails)
   std::string first_bad;     // "(b, h, i, j) step=… oracle=…" of the first failing entry
   bool pass = false;
   std::string summary() const;  // one line
@@ -37,6 +39,22 @@ struct Check {
 Check compare(const std::string& name, const std::vector<float>& step, const std::vector<double>& oracle,
               const std::vector<float>& baseline, const std::vector<int64_t>& dims, DType storage,
               uint64_t seed);
+
+/// The tolerance of the rule for one tensor: tol = 2 · baseline_err + floor, floor = unit roundoff of
+/// the storage type × max(1, max|oracle|). compare() uses exactly this; the golden files' manifest
+/// records it, so an implementation checked from files meets the same numbers.
+struct Tolerance {
+  double baseline_err = 0;  // max |baseline − oracle| over entries where the oracle is finite
+  double floor = 0;
+  double tol = 0;
+};
+Tolerance tolerance_for(const std::vector<double>& oracle, const std::vector<float>& baseline, DType storage);
+
+/// compare() with a ready tolerance (from a manifest) and a step held in double, so a candidate
+/// written in f8 is not rounded before it is judged. Same NaN-proof rule; a non-finite or negative
+/// tol fails every entry.
+Check compare_with_tol(const std::string& name, const std::vector<double>& step, const std::vector<double>& oracle,
+                       const Tolerance& tol, const std::vector<int64_t>& dims, uint64_t seed);
 
 /// The unit roundoff of a storage type: 2^-24, 2^-11, 2^-8.
 double unit_roundoff(DType t);

@@ -50,6 +50,12 @@ int run_check(const ProblemOptions& po, const std::string& steps, bool backward)
 int list_steps(bool names_only = false, bool gpu_only = false, int64_t head_dim = 0);
 int show_diff(const std::string& step);
 
+/// The oracle for other implementations (tools/oracle_cmd.cpp): golden files, their check, and any
+/// step run on .npy inputs. Exit 0 pass, 1 a failed check, 2 bad input (fl::Error).
+int oracle_generate(const ProblemOptions& po, const std::string& out_dir);
+int oracle_check(const std::string& golden_dir, const std::string& candidate_dir, bool backward);
+int run_on_files(const std::string& step, const std::string& in_dir, const std::string& out_dir, bool backward);
+
 /// The cuBLAS baselines (GEMM rate and standard attention); in builds without CUDA these throw.
 struct GemmResult { double tflops; Stats t; int n; };
 GemmResult cublas_gemm_rate(DType t, int n, const TimeOptions& opt);

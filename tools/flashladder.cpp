@@ -5,6 +5,9 @@
 //   flashladder diff NN         the source diff of step NN against step NN−1
 //   flashladder check           steps against the oracle on one problem, untimed
 //   flashladder bench           the benchmark (GPU): ceilings, headline problem, FA2 sweep
+//   flashladder oracle generate golden files (.npy + manifest.json) for other implementations
+//   flashladder oracle check    a candidate's .npy outputs against golden files
+//   flashladder run             one step on the .npy inputs of a golden folder, outputs as .npy
 //   flashladder --help, flashladder SUBCOMMAND --help
 //
 // Exit status: 0 all good; 1 a check failed; 2 bad input (named in the message).
@@ -63,6 +66,29 @@ int main(int argc, char** argv) {
   bench->add_option("--reps", bench_o.time.reps, "Timed repetitions")->capture_default_str();
   bench->add_option("--warmup", bench_o.time.warmup, "Warm-up repetitions")->capture_default_str();
 
+  // The oracle for other implementations (tools/oracle_cmd.cpp).
+  CLI::App* oracle = app.add_subcommand("oracle", "Golden files for other implementations, and the check of theirs");
+  oracle->require_subcommand(1);
+  ProblemOptions gen_prob;
+  std::string gen_out, chk_golden, chk_cand;
+  bool chk_golden_bwd = false;
+  CLI::App* gen = oracle->add_subcommand(
+      "generate", "Write q, k, v, do (storage type; bf16 as <u2), the oracle's o, lse, dq, dk, dv (f8) and manifest.json");
+  gen_prob.add_to(*gen);
+  gen->add_option("--out", gen_out, "Folder to write the golden set into (created if needed)")->required();
+  CLI::App* ocheck = oracle->add_subcommand(
+      "check", "Judge a candidate's o.npy, lse.npy (and dq, dk, dv) by the tolerance rule (exit 0 pass, 1 fail, 2 bad input)");
+  ocheck->add_option("--golden", chk_golden, "Folder made by 'oracle generate'")->required();
+  ocheck->add_option("--candidate", chk_cand, "Folder holding the candidate's .npy outputs")->required();
+  ocheck->add_flag("--backward", chk_golden_bwd, "Require dq.npy, dk.npy, dv.npy (else they are judged when present)");
+  std::string run_step_name, run_in, run_out;
+  bool run_bwd = false;
+  CLI::App* runf = app.add_subcommand("run", "Run one step on the .npy inputs of a golden folder and write its outputs as .npy");
+  runf->add_option("--step", run_step_name, "Step number, folder or name (e.g. 01)")->required();
+  runf->add_option("--in", run_in, "Golden folder: manifest.json and q, k, v, do .npy")->required();
+  runf->add_option("--out", run_out, "Folder for o.npy, lse.npy (and dq, dk, dv with --backward)")->required();
+  runf->add_flag("--backward", run_bwd, "Also run the step's backward (steps that have one)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -71,6 +97,9 @@ int main(int argc, char** argv) {
   try {
     if (*steps) return list_steps(steps_names, steps_gpu, steps_d);
     if (*diff) return show_diff(diff_step);
+    if (*gen) return oracle_generate(gen_prob, gen_out);
+    if (*ocheck) return oracle_check(chk_golden, chk_cand, chk_golden_bwd);
+    if (*runf) return run_on_files(run_step_name, run_in, run_out, run_bwd);
     if (*check) return run_check(chk_prob, chk_steps, chk_bwd);
     if (*bench) {
       bench_o.headline_dtypes.clear();

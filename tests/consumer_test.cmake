@@ -1,0 +1,22 @@
+# The installed package, as a user meets it: cmake --install the oracle component to a fresh prefix,
+# configure tests/consumer against that prefix only (no package registry, no source tree), build it,
+# run it. Any step failing fails the test with its output.
+file(REMOVE_RECURSE ${WORK})
+function(step what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${what} failed (${rc}):\n${out}${err}")
+  endif()
+  message(STATUS "${what}: ok\n${out}")
+  set(last_out "${out}" PARENT_SCOPE)
+endfunction()
+step("install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK}/prefix --component oracle)
+step("configure consumer" ${CMAKE_COMMAND} -S ${CONSUMER} -B ${WORK}/build -G ${GENERATOR}
+     -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${WORK}/prefix
+     -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF)
+if(NOT last_out MATCHES "flashladder [0-9.]+ from ${WORK}/prefix/")
+  message(FATAL_ERROR "the consumer did not find the package in ${WORK}/prefix:\n${last_out}")
+endif()
+step("build consumer" ${CMAKE_COMMAND} --build ${WORK}/build)
+step("run consumer" ${WORK}/build/consumer ${WORK}/golden)
+message(STATUS "${last_out}")

@@ -1,0 +1,265 @@
+// flashladder — tests/test_golden.cpp: golden sets and `oracle check` (reference/golden.cpp, what
+// the CLI prints). A correct candidate passes; each kind of wrong candidate (perturbed, NaN, a finite
+// L where the row sees no key, transposed, wrong shape, wrong dtype) fails with its own message; a
+// step run on the files passes; a broken golden set or a missing file is bad input (fl::Error).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "common/runner.hpp"
+#include "reference/golden.hpp"
+#include "reference/verify.hpp"
+
+namespace fl {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr uint64_t kSeed = 20260607;
+
+// Causal with Nq > Nk, so the first Nq − Nk rows see no key (O = 0, L = +inf); GQA; d divides nothing.
+Problem small(DType t) {
+  Problem p;
+  p.B = 2;
+  p.H = 4;
+  p.H_kv = 2;
+  p.Nq = 21;
+  p.Nk = 13;
+  p.d = 7;
+  p.causal = true;
+  p.dtype = t;
+  return p;
+}
+
+struct Dirs {
+  fs::path root;
+  explicit Dirs(const std::string& name)
+      : root(fs::temp_directory_path() / ("fl_golden_" + name + "_" + std::to_string(getpid()))) {
+    fs::remove_all(root);
+    fs::create_directories(root / "cand");
+  }
+  ~Dirs() { fs::remove_all(root); }
+  std::string golden() const { return (root / "golden").string(); }
+  std::string cand() const { return (root / "cand").string(); }
+};
+
+// The golden f8 file of `name` as doubles, and a writer for a candidate tensor in f8.
+std::vector<double> golden_values(const Dirs& d, const std::string& name) {
+  return golden::to_double(npy::read((fs::path(d.golden()) / (name + ".npy")).string()));
+}
+void put(const Dirs& d, const std::string& name, const std::vector<double>& xs, std::vector<int64_t> shape) {
+  npy::Array a;
+  a.kind = npy::Kind::f8;
+  a.shape = std::move(shape);
+  a.data.resize(xs.size() * 8);
+  std::memcpy(a.data.data(), xs.data(), a.data.size());
+  npy::write((fs::path(d.cand()) / (name + ".npy")).string(), a);
+}
+// The candidate = the golden outputs themselves (all five).
+void copy_golden(const Dirs& d, const golden::Manifest& m) {
+  for (const golden::TensorInfo& t : m.tensors)
+    if (!t.input) put(d, t.name, golden_values(d, t.name), t.shape);
+}
+const golden::TensorResult& result(const golden::Report& r, const std::string& name) {
+  for (const auto& t : r.tensors)
+    if (t.name == name) return t;
+  throw Error("no result for " + name);
+}
+
+TEST(Golden, ManifestHoldsTheToleranceCompareComputes) {
+  Dirs d("tol");
+  const Problem p = small(DType::f16);
+  golden::generate(p, kSeed, d.golden());
+  const golden::Manifest m = golden::read_manifest(d.golden());
+  EXPECT_EQ(m.p.describe(), [&] { Problem q = p; q.scale = p.softmax_scale(); return q.describe(); }());
+  EXPECT_EQ(m.seed, kSeed);
+  // The same inputs, the same oracle, the same tolerance: exactly, not approximately.
+  const Inputs in = make_inputs(p, kSeed);
+  const Inputs back = golden::read_inputs(d.golden(), m);
+  EXPECT_EQ(back.q, in.q);
+  EXPECT_EQ(back.dO, in.dO);
+  const Expected e = expected_for(in, true);
+  EXPECT_EQ(m.at("o").tol.tol, tolerance_for(e.fwd.o, e.base_fwd.o, p.dtype).tol);
+  EXPECT_EQ(m.at("lse").tol.tol, tolerance_for(e.fwd.lse, e.base_fwd.lse, DType::f32).tol);
+  EXPECT_EQ(m.at("dk").tol.tol, tolerance_for(e.bwd.dk, e.base_bwd.dk, p.dtype).tol);
+  EXPECT_EQ(golden_values(d, "o"), e.fwd.o);
+  const std::vector<double> lse = golden_values(d, "lse");
+  EXPECT_TRUE(std::isinf(lse[0]) && lse[0] > 0) << "row 0 sees no key: L = +inf";
+}
+
+TEST(Golden, CorrectCandidatePasses) {
+  Dirs d("pass");
+  const golden::Manifest m = golden::generate(small(DType::f16), kSeed, d.golden());
+  copy_golden(d, m);
+  const golden::Report r = golden::check(d.golden(), d.cand(), true);
+  EXPECT_TRUE(r.pass);
+  ASSERT_EQ(r.tensors.size(), 5u);
+  for (const auto& t : r.tensors) EXPECT_EQ(t.check.frac, 0) << t.name;
+}
+
+TEST(Golden, StepsRunOnTheFilesPass) {
+  for (DType t : {DType::f16, DType::bf16, DType::f32}) {
+    Dirs d(std::string("steps_") + dtype_name(t));
+    const golden::Manifest m = golden::generate(small(t), kSeed, d.golden());
+    for (const char* name : {"01", "02"}) {
+      Inputs in = golden::read_inputs(d.golden(), m);
+      in.p.dtype = DType::f32;  // CPU steps compute in fp32; fp16/bf16 values are exact in it
+      golden::write_outputs(d.cand(), in.p, run_step(*find_step(name), in, false), false);
+      const golden::Report r = golden::check(d.golden(), d.cand(), false);
+      EXPECT_TRUE(r.pass) << name << " " << dtype_name(t) << ": " << result(r, "o").check.summary() << " | "
+                          << result(r, "lse").check.summary();
+    }
+  }
+}
+
+TEST(Golden, PerturbedEntryFailsNamingIt) {
+  Dirs d("perturbed");
+  const golden::Manifest m = golden::generate(small(DType::f16), kSeed, d.golden());
+  copy_golden(d, m);
+  std::vector<double> o = golden_values(d, "o");
+  const Problem& p = m.p;
+  const int64_t at = p.q_row(1, 2, 19) + 5;  // (1, 2, 19, 5)
+  o[at] += 1.5 * m.at("o").tol.tol;
+  put(d, "o", o, m.at("o").shape);
+  const golden::Report r = golden::check(d.golden(), d.cand(), false);
+  EXPECT_FALSE(r.pass);
+  const auto& res = result(r, "o");
+  EXPECT_FALSE(res.pass);
+  EXPECT_EQ(res.check.bad, 1);
+  EXPECT_NEAR(res.check.frac, 1.5, 1e-6);
+  EXPECT_NE(res.check.first_bad.find("(1, 2, 19, 5)"), std::string::npos) << res.check.first_bad;
+  EXPECT_NE(res.check.first_bad.find("seed 20260607"), std::string::npos) << res.check.first_bad;
+  EXPECT_TRUE(result(r, "lse").pass);
+  // Just inside the tolerance passes: the rule is err <= tol, not a guess.
+  o[at] -= 0.6 * m.at("o").tol.tol;
+  put(d, "o", o, m.at("o").shape);
+  EXPECT_TRUE(golden::check(d.golden(), d.cand(), false).pass);
+}
+
+TEST(Golden, NaNAndInfinitiesFail) {
+  Dirs d("nan");
+  const golden::Manifest m = golden::generate(small(DType::bf16), kSeed, d.golden());
+  copy_golden(d, m);
+  std::vector<double> dq = golden_values(d, "dq");
+  dq[3] = NAN;
+  dq[4] = INFINITY;
+  put(d, "dq", dq, m.at("dq").shape);
+  std::vector<double> lse = golden_values(d, "lse");
+  lse[0] = 1e30;  // a row that sees no key must give +inf, not a big number
+  lse[1] = NAN;
+  put(d, "lse", lse, m.at("lse").shape);
+  const golden::Report r = golden::check(d.golden(), d.cand(), false);  // dq present: judged anyway
+  EXPECT_FALSE(r.pass);
+  const Check& q = result(r, "dq").check;
+  EXPECT_EQ(q.nans, 1);
+  EXPECT_EQ(q.infs, 1);
+  EXPECT_EQ(q.bad, 2);
+  EXPECT_NE(q.first_bad.find("step=nan"), std::string::npos) << q.first_bad;
+  const Check& l = result(r, "lse").check;
+  EXPECT_EQ(l.bad, 2);
+  EXPECT_EQ(l.nans, 1);
+  EXPECT_NE(l.first_bad.find("(0, 0, 0) step=1e+30 oracle=inf"), std::string::npos) << l.first_bad;
+  EXPECT_TRUE(result(r, "o").pass);
+}
+
+TEST(Golden, TransposedFails) {
+  Dirs d("transposed");
+  const golden::Manifest m = golden::generate(small(DType::f16), kSeed, d.golden());
+  copy_golden(d, m);
+  const Problem& p = m.p;
+  const std::vector<double> o = golden_values(d, "o");
+  // [B][H][Nq][d] written as [B][H][d][Nq]: the shape gives it away.
+  std::vector<double> t(o.size());
+  for (int64_t bh = 0; bh < p.B * p.H; ++bh)
+    for (int64_t i = 0; i < p.Nq; ++i)
+      for (int64_t c = 0; c < p.d; ++c) t[(bh * p.d + c) * p.Nq + i] = o[(bh * p.Nq + i) * p.d + c];
+  put(d, "o", t, {p.B, p.H, p.d, p.Nq});
+  golden::Report r = golden::check(d.golden(), d.cand(), false);
+  EXPECT_FALSE(r.pass);
+  EXPECT_NE(result(r, "o").mismatch.find("shape mismatch: o.npy has shape (2, 4, 7, 21) but the manifest says "
+                                         "(2, 4, 21, 7) (the same dimensions in another order: transposed?)"),
+            std::string::npos)
+      << result(r, "o").mismatch;
+  // The same transposed values reshaped to the expected shape: the values give it away.
+  put(d, "o", t, m.at("o").shape);
+  r = golden::check(d.golden(), d.cand(), false);
+  EXPECT_FALSE(r.pass);
+  EXPECT_TRUE(result(r, "o").mismatch.empty());
+  EXPECT_GT(result(r, "o").check.bad, 0);
+}
+
+TEST(Golden, WrongShapeAndDtypeAreReportedAsSuch) {
+  Dirs d("shape");
+  const golden::Manifest m = golden::generate(small(DType::bf16), kSeed, d.golden());
+  copy_golden(d, m);
+  std::vector<double> lse = golden_values(d, "lse");
+  lse.pop_back();
+  put(d, "lse", lse, {int64_t(lse.size())});
+  // o in fp16 when the storage type is bf16: neither bf16 bits nor a wider float.
+  npy::Array o16;
+  o16.kind = npy::Kind::f2;
+  o16.shape = m.at("o").shape;
+  o16.data.assign(size_t(o16.count()) * 2, 0);
+  npy::write((fs::path(d.cand()) / "o.npy").string(), o16);
+  const golden::Report r = golden::check(d.golden(), d.cand(), false);
+  EXPECT_FALSE(r.pass);
+  EXPECT_NE(result(r, "lse").mismatch.find("shape mismatch: lse.npy has shape (167,) but the manifest says (2, 4, 21)"),
+            std::string::npos)
+      << result(r, "lse").mismatch;
+  EXPECT_NE(result(r, "o").mismatch.find("dtype mismatch: o.npy is <f2 but the manifest's storage type for o is bf16"),
+            std::string::npos)
+      << result(r, "o").mismatch;
+}
+
+TEST(Golden, MissingOrMalformedFilesAreBadInput) {
+  Dirs d("missing");
+  const golden::Manifest m = golden::generate(small(DType::f16), kSeed, d.golden());
+  auto throws = [&](const std::string& cand, bool bwd, const std::string& what) {
+    try {
+      golden::check(d.golden(), cand, bwd);
+      ADD_FAILURE() << "no error; wanted: " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  throws(d.cand(), false, "o.npy: missing");
+  copy_golden(d, m);
+  fs::remove(fs::path(d.cand()) / "dv.npy");
+  EXPECT_TRUE(golden::check(d.golden(), d.cand(), false).pass);  // forward only: dv not needed
+  throws(d.cand(), true, "dv.npy: missing");
+  throws((d.root / "nowhere").string(), false, "the candidate folder does not exist");
+  std::ofstream(fs::path(d.cand()) / "o.npy") << "not numpy";
+  throws(d.cand(), false, "not a .npy file");
+  // A broken manifest is refused with the field it breaks.
+  const fs::path man = fs::path(d.golden()) / "manifest.json";
+  std::string text;
+  {
+    std::ifstream f(man);
+    text.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  auto with = [&](const std::string& from, const std::string& to, const std::string& what) {
+    std::string t = text;
+    const size_t at = t.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    t.replace(at, from.size(), to);
+    std::ofstream(man) << t;
+    try {
+      golden::read_manifest(d.golden());
+      ADD_FAILURE() << "accepted a manifest with " << to;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  with("\"Nq\": 21", "\"Nq\": 22", "shape (2, 4, 21, 7) disagrees with the problem");
+  with("\"H_kv\": 2", "\"H_kv\": 3", "H = 4 is not a multiple of H_kv = 3");
+  with("\"tol\": ", "\"tol\": -", "field 'tol' must be a finite number >= 0");
+  with("\"seed\": ", "\"seed\": \"x\", \"s\": ", "field 'seed' has the wrong type");
+  with("{", "[", "not valid JSON");
+  with("flashladder-golden", "something-else", "not a flashladder golden manifest");
+}
+
+}  // namespace
+}  // namespace fl
