@@ -260,8 +260,9 @@ def measured_section(step: flr.Step, prev: flr.Step | None, steps, records, root
         rec = view.rows.get(step.folder)
         prev_rec = view.rows.get(prev.folder) if prev and prev.where == "gpu" else None
     if rec is None:
-        out.append(f"Headline problem ({flr.problem_text()}): **{NOT_YET}** — `docs/results/` holds no record "
-                   f"of this step at that shape yet.")
+        what = (f"Headline problem ({flr.problem_text()})" if step.where == "gpu" else
+                f"Headline shape ({flr.problem_text().replace('fp16, ', '')}; fp32, the CPU steps' storage type)")
+        out.append(f"{what}: **{NOT_YET}** — `docs/results/` holds no record of this step at that shape yet.")
     else:
         ref = view.rows.get("torch_flash") if step.where == "gpu" else None
         out += ["| measured | |", "|---|---|",
@@ -443,7 +444,9 @@ def glossary_locations(root: str, idents: list[str]) -> str:
             for n in sorted(names):
                 if re.search(r"\.(hpp|cpp|cu|cuh)$", n):
                     files.append(os.path.join(dirpath, n))
-    files.sort()
+    # The steps first (where the papers' symbols become kernels), then the oracle, then the plumbing.
+    order = {"steps": 0, "reference": 1, "common": 2}
+    files.sort(key=lambda p: (order[os.path.relpath(p, root).split(os.sep)[0]], p))
     texts = {}
     for p in files:
         with open(p, encoding="utf-8", errors="replace") as f:

@@ -76,7 +76,7 @@ def block(root: str) -> str:
             else:
                 rec = (view.rows if pass_ == "fwd" else bwd_rows).get(s.folder)
             if rec is None:
-                lines.append(f"| {name} | {change} | {NOT_YET} | {NOT_YET} | – | – |")
+                lines.append(f"| {name} | {change} | {NOT_YET} | – | – | – |")
                 continue
             ms, tf = rec["median_ms"], rec["tflops"]
             if s.where == "cpu":
