@@ -124,7 +124,11 @@ def to_doxygen(md: str, links: Links, page_dir: str, label: str | None = None, d
     """GitHub Markdown to Doxygen Markdown. label: anchor for the first level-1 heading (the page's id);
     demote: push headings down this many levels; drop_title: remove the first level-1 heading."""
     out, fence, display, titled = [], None, None, False
-    for line in md.splitlines():
+    lines = md.splitlines()
+    k = 0
+    while k < len(lines):
+        line = lines[k]
+        k += 1
         stripped = line.strip()
         # fenced code: copied as is
         fm = re.match(r"^\s*(```+|~~~+)\s*([\w+-]*)", line)
@@ -174,6 +178,12 @@ def to_doxygen(md: str, links: Links, page_dir: str, label: str | None = None, d
         if stripped.startswith("<!--") and stripped.endswith("-->"):
             out.append(line)
             continue
+        # Inline math that runs onto the next line of the paragraph: join the lines, so the pair of $
+        # is converted as one formula.
+        while (_unpaired_dollar(line) and k < len(lines) and lines[k].strip()
+               and not lines[k].lstrip().startswith(("#", "```", "~~~", "$$", "|"))):
+            line = line.rstrip() + " " + lines[k].strip()
+            k += 1
         out.append(_convert_prose(line, links, page_dir))
     if display is not None:
         raise ValueError(f"unterminated $$ display math in a page from {page_dir or '.'}")
@@ -194,6 +204,15 @@ def _plain_math(title: str) -> str:
         t = re.sub(r"\\[A-Za-z]+", "", t).replace("{", "").replace("}", "").replace("-", "−")
         return t
     return re.sub(r"(?<!\\)\$(.+?)\$", plain, title)
+
+
+def _unpaired_dollar(line: str) -> bool:
+    """True when the prose of a line (code spans aside) holds an odd number of single $."""
+    n = 0
+    for is_code, text in _split_code_spans(line):
+        if not is_code:
+            n += len(re.findall(r"(?<![\\$])\$(?!\$)", text))
+    return n % 2 == 1
 
 
 def _convert_prose(line: str, links: Links, page_dir: str) -> str:
