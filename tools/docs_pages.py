@@ -201,6 +201,8 @@ def _plain_math(title: str) -> str:
         t = m.group(1)
         for k, v in TEX_TEXT.items():
             t = re.sub(re.escape(k) + r"(?![A-Za-z])", v, t)
+        sup = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+        t = re.sub(r"\^\{?(\d+)\}?", lambda d: d.group(1).translate(sup), t)
         t = re.sub(r"\\[A-Za-z]+", "", t).replace("{", "").replace("}", "").replace("-", "−")
         return t
     return re.sub(r"(?<!\\)\$(.+?)\$", plain, title)
