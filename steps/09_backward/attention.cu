@@ -15,7 +15,7 @@
 //          dP_ij = dO_i V_jᵀ                                                     (tensor cores)
 //          dS_ij = P_ij ∘ (dP_ij − D_i)
 //          dQ_i += scale · dS_ij K_j          atomicAdd into an fp32 buffer in device memory (tensor cores)
-//          dK_j += scale · dS_ij ᵀ Q_i                                           (tensor cores)
+//          dK_j += scale · dS_ijᵀ Q_i                                            (tensor cores)
 //        write dK_j, dV_j
 //   3. dQ (fp32 accumulator) → the storage type.
 //
@@ -146,7 +146,8 @@ __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* sA, 
   static_assert(K % 16 == 0, "k is consumed 16 at a time");
   // Unrolled by 2, not fully: fully unrolled, ptxas hoists the ldmatrix of later k-steps above the
   // mma of earlier ones and the bf16 backward spilled (88 bytes at d = 128, 48 at d = 64); by 2 it
-  // uses ≤ 255 registers and spills nothing at every d and type (-Xptxas -v, nvcc 13.0).
+  // uses ≤ 255 registers and spills nothing at every d and type (-Xptxas -v, nvcc 13.0). (fp16 alone
+  // would fit fully unrolled, 254 registers at d = 128; not yet compared on a GPU.)
 #pragma unroll 2
   for (int k0 = 0; k0 < K; k0 += 16) {
     uint32_t a[MT][4];  // the warp's A rows for this k-step: MT fragments of [16][16]
@@ -520,7 +521,8 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
     load_rows<B_r, kD, kThreads>(dO_s + buf * B_r * ld, dO + off, n.Nq - r0, tid);
   };
 
-  // ---- Prologue: K_j, V_j (once, zero-filled past Nk) and the first Q_i, dO_i, in one cp.async group.
+  // ---- Prologue (Algorithm 2, lines 6–7): K_j, V_j once (zero-filled past Nk) and the first Q_i,
+  // dO_i, in one cp.async group; dK_j = dV_j = 0.
   const int64_t kv_off = (int64_t(bk) * n.Nk + c0) * kD;
   load_rows<B_c, kD, kThreads>(K_s, k + kv_off, n.Nk - c0, tid);
   load_rows<B_c, kD, kThreads>(V_s, v + kv_off, n.Nk - c0, tid);
@@ -532,7 +534,7 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
   zero(dK_j);
   zero(dV_j);
 
-  // ---- Main loop over (query head h, Q block i) (Algorithm 2, lines 6–15).
+  // ---- Main loop over (query head h, Q block i) (Algorithm 2, lines 8–17).
   for (int it = 0; it < n_iter; ++it) {
     const int buf = it & 1;
     const int h = hk * n.group + it / n_i;
@@ -629,7 +631,7 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
 
     // dQ_i += dS_ij K_j: A = dS_ij (rows), B = K_j ([B_c][d] rows, ldmatrix.trans). Every column block
     // j adds into the same rows of dQ, so the sum goes to device memory with atomicAdd, in fp32
-    // (Algorithm 2, line 13; FA2 §3.2): two neighbouring columns per float2 atomic (sm_90's vector
+    // (Algorithm 2, line 15; FA2 §3.2): two neighbouring columns per float2 atomic (sm_90's vector
     // red.global.add). The scale is applied when dQ is converted (kernel 3).
     float dQ_i[MT_Q][NT_Q][4];  // the warp's [16·MT_Q][8·NT_Q] block of this Q_i's dQ contribution
     zero(dQ_i);
@@ -656,7 +658,8 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
   }
   cp_async_wait<0>();  // nothing in flight at exit (n_iter = 0 cannot happen, but stay safe)
 
-  // ---- Epilogue: dK_j = scale · Σ dS_ijᵀ Q_i and dV_j → device memory, rows past Nk never stored.
+  // ---- Epilogue (Algorithm 2, line 18): dK_j = scale · Σ dS_ijᵀ Q_i and dV_j → device memory, rows
+  // past Nk never stored.
   // Every block writes its rows whatever its loop did, so no poisoned value survives.
 #pragma unroll
   for (int mt = 0; mt < MT_KV; ++mt)
