@@ -67,7 +67,9 @@ Environment gpu_environment() {
     e.device = d->name;
     e.sm_count = d->sm_count;
     e.cuda = d->cuda;
-    e.driver = d->driver;
+    // The driver's own version (580.x) from nvidia-smi; the CUDA version the driver supports otherwise.
+    std::string v = run("nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1");
+    e.driver = v.empty() ? d->driver : v;
   }
   return e;
 }

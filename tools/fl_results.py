@@ -119,8 +119,9 @@ def is_gpu_record(rec: dict) -> bool:
 
 
 def _order(rec: dict):
-    """Later is newer: by date, then by position in the files."""
-    return (str(rec.get("date", "")), rec.get("_file", ""), rec.get("_line", 0))
+    """A record checked against the oracle outranks an unchecked one; then later is newer: by date,
+    then by position in the files."""
+    return (rec.get("tol_used") is not None, str(rec.get("date", "")), rec.get("_file", ""), rec.get("_line", 0))
 
 
 @dataclass
