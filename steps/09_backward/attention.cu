@@ -140,15 +140,14 @@ __device__ __forceinline__ void load_b_trans_one(uint32_t (&b)[2], const T* s, i
 /// One warp: acc[mt][nt] += A(m_w + 16·mt + [0, 16), k) · B(k, n_w + 8·nt + [0, 8)), k ∈ [0, K).
 /// A is read as rows (load_a) or transposed (A_TRANS: load_a_trans); B as the rows of Bᵀ (load_b) or
 /// as rows (B_TRANS: load_b_trans). Per k-step: MT A fragments, then the n-tiles two at a time.
-template <int MT, int NT, int K, bool A_TRANS, bool B_TRANS, class T>
+/// UNROLL k-steps at a time are unrolled (K / 16: all); the backward's main loop says why it varies.
+/// (The forward, not the timed part here, keeps 2.)
+template <int MT, int NT, int K, bool A_TRANS, bool B_TRANS, int UNROLL = K / 16, class T>
 __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* sA, int lda, int m_w,
                                           const T* sB, int ldb, int n_w, int lane) {
   static_assert(K % 16 == 0, "k is consumed 16 at a time");
-  // Unrolled by 2, not fully: fully unrolled, ptxas hoists the ldmatrix of later k-steps above the
-  // mma of earlier ones and the bf16 backward spilled (88 bytes at d = 128, 48 at d = 64); by 2 it
-  // uses ≤ 255 registers and spills nothing at every d and type (-Xptxas -v, nvcc 13.0). (fp16 alone
-  // would fit fully unrolled, 254 registers at d = 128; not yet compared on a GPU.)
-#pragma unroll 2
+  static_assert(UNROLL >= 1 && (K / 16) % UNROLL == 0, "the unroll factor divides the k-steps");
+#pragma unroll UNROLL
   for (int k0 = 0; k0 < K; k0 += 16) {
     uint32_t a[MT][4];  // the warp's A rows for this k-step: MT fragments of [16][16]
 #pragma unroll
@@ -198,6 +197,14 @@ template <> __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t u)
 }
 
 __device__ __forceinline__ void store2(void* p, uint32_t v) { *reinterpret_cast<uint32_t*>(p) = v; }
+
+/// 2^x as one MUFU.EX2 (ex2.approx.ftz). exp2f() is ex2.approx without .ftz, which wraps the MUFU.EX2
+/// in a denormal fix-up; a P below 2^−126 contributes nothing to a gradient, so flushing it is free.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
 
 // ==== Forward: FA2 Algorithm 1 on tensor cores (the O and L the backward reads) =====================
 // One thread block per (Q_i, batch·head); 4 warps that each own 16 whole rows of Q_i, S_ij and O_i;
@@ -262,7 +269,7 @@ attention_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __re
     // S_ij = Q_i K_jᵀ: the warp's [16][B_c], fp32 accumulators.
     float S[1][B_c / 8][4];
     zero(S);
-    warp_gemm<1, B_c / 8, kD, false, false>(S, Q_s, ld, row_w, K_s, ld, 0, lane);
+    warp_gemm<1, B_c / 8, kD, false, false, 2>(S, Q_s, ld, row_w, K_s, ld, 0, lane);
 
     // Scale into the exp2 domain; mask only blocks that hold an invisible or missing key.
     const bool need_mask = c0 + B_c > n.Nk || (n.causal && c0 + B_c - 1 > r0 + n.Nk - n.Nq);
@@ -563,10 +570,16 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
         D_i[mt][hh] = ok ? D[bh * n.Nq + r] : 0.f;
       }
 
+    // The k-loops of the products are unrolled fully, so that ptxas can issue the ldmatrix of later
+    // k-steps while the mma of earlier ones run: with one block (8 warps, 2 per scheduler) per SM,
+    // that overlap inside a warp is the only latency hiding there is. dP_ij's loop is unrolled by 2
+    // only: it runs while the packed P_ij is live too, and fully unrolled it spilled (bf16, d = 64 and
+    // 128). With this split no kernel spills, at any d and either type (-Xptxas -v, nvcc 13.0).
+
     // S_ij = Q_i K_jᵀ: the warp's [16·MT_S][8·NT_S] block, fp32.
     float S_ij[MT_S][NT_S][4];
     zero(S_ij);
-    warp_gemm<MT_S, NT_S, kD, false, false>(S_ij, Q_i, ld, s_m, K_s, ld, s_n, lane);
+    warp_gemm<MT_S, NT_S, kD, false, false, kD / 16>(S_ij, Q_i, ld, s_m, K_s, ld, s_n, lane);
 
     // P_ij = exp(scale·S_ij − L_i), in place. The mask only where a key is missing (past Nk) or
     // invisible (causal, the block crosses the diagonal); L = +∞ rows give exp2(−∞) = 0 unmasked.
@@ -577,7 +590,7 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
       for (int nt = 0; nt < NT_S; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          float p = exp2f(fmaf(S_ij[mt][nt][e], scale_log2, -L2_i[mt][e >> 1]));
+          float p = exp2_ftz(fmaf(S_ij[mt][nt][e], scale_log2, -L2_i[mt][e >> 1]));
           if (need_mask) {
             const int r = r0 + s_m + 16 * mt + g + 8 * (e >> 1);
             const int c = c0 + s_n + 8 * nt + 2 * t + (e & 1);
@@ -606,7 +619,7 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
     // dP_ij = dO_i V_jᵀ: the same warp block as S_ij, so dS_ij is elementwise in registers.
     float dP_ij[MT_S][NT_S][4];
     zero(dP_ij);
-    warp_gemm<MT_S, NT_S, kD, false, false>(dP_ij, dO_i, ld, s_m, V_s, ld, s_n, lane);
+    warp_gemm<MT_S, NT_S, kD, false, false, 2>(dP_ij, dO_i, ld, s_m, V_s, ld, s_n, lane);
 
     // dS_ij = P_ij ∘ (dP_ij − D_i) → shared memory (dQ_i needs rows of it that other warps computed,
     // dK_j needs it transposed).
@@ -625,9 +638,9 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
     __syncthreads();
 
     // dV_j += P_ijᵀ dO_i: A = P_ijᵀ (ldmatrix.trans of P_s), B = dO_i (ldmatrix.trans: [B_r][d] rows).
-    warp_gemm<MT_KV, NT_KV, B_r, true, true>(dV_j, P_s, ldS, kv_m, dO_i, ld, kv_n, lane);
+    warp_gemm<MT_KV, NT_KV, B_r, true, true, B_r / 16>(dV_j, P_s, ldS, kv_m, dO_i, ld, kv_n, lane);
     // dK_j += dS_ijᵀ Q_i (the scale is applied once, in the epilogue).
-    warp_gemm<MT_KV, NT_KV, B_r, true, true>(dK_j, dS_s, ldS, kv_m, Q_i, ld, kv_n, lane);
+    warp_gemm<MT_KV, NT_KV, B_r, true, true, B_r / 16>(dK_j, dS_s, ldS, kv_m, Q_i, ld, kv_n, lane);
 
     // dQ_i += dS_ij K_j: A = dS_ij (rows), B = K_j ([B_c][d] rows, ldmatrix.trans). Every column block
     // j adds into the same rows of dQ, so the sum goes to device memory with atomicAdd, in fp32
@@ -635,7 +648,7 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
     // red.global.add). The scale is applied when dQ is converted (kernel 3).
     float dQ_i[MT_Q][NT_Q][4];  // the warp's [16·MT_Q][8·NT_Q] block of this Q_i's dQ contribution
     zero(dQ_i);
-    warp_gemm<MT_Q, NT_Q, B_c, false, true>(dQ_i, dS_s, ldS, q_m, K_s, ld, q_n, lane);
+    warp_gemm<MT_Q, NT_Q, B_c, false, true, B_c / 16>(dQ_i, dS_s, ldS, q_m, K_s, ld, q_n, lane);
 #pragma unroll
     for (int mt = 0; mt < MT_Q; ++mt)
 #pragma unroll
