@@ -91,6 +91,15 @@ __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&h);
 }
 
+/// 2^x in one MUFU.EX2 instruction (ex2.approx.ftz: ~2 ulp, results below 2^−126 flushed to 0).
+/// exp2f() compiles to ex2.approx without .ftz, which adds a denormal fix-up around the MUFU.EX2
+/// unless the whole file is built with -use_fast_math. Not volatile: the compiler may schedule it.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 /// 16 bytes global → shared without passing through registers; when valid is false the 16 shared
 /// bytes are zero-filled and nothing is read (how partial tiles stay in bounds).
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {

@@ -5,28 +5,31 @@
 // algorithm as the paper writes it, K/V blocks outside, Q blocks inside:
 //
 //   for j = 1 … T_c:   K_j, V_j → shared memory                                          (line 6)
-//     for i = 1 … T_r: Q_i, O_i, ℓ_i, m_i ← device memory                                (line 8)
+//     for i = 1 … T_r: Q_i, O_i, ℓ_i, m_i → shared memory from device memory              (line 8)
 //       S_ij = Q_i K_jᵀ                                                                  (line 9)
 //       m̃_ij = rowmax(S_ij),  P̃_ij = exp(S_ij − m̃_ij),  ℓ̃_ij = rowsum(P̃_ij)             (line 10)
 //       m_i^new = max(m_i, m̃_ij),  ℓ_i^new = e^{m_i − m_i^new} ℓ_i + e^{m̃_ij − m_i^new} ℓ̃_ij   (line 11)
 //       O_i ← diag(ℓ_i^new)⁻¹ (diag(ℓ_i) e^{m_i − m_i^new} O_i + e^{m̃_ij − m_i^new} P̃_ij V_j) (line 12)
-//       ℓ_i ← ℓ_i^new,  m_i ← m_i^new → device memory                                    (line 13)
+//       O_i, ℓ_i ← ℓ_i^new, m_i ← m_i^new → device memory                                (lines 12, 13)
 //
 // Inside the block the W = 4 warps split K_j, V_j ("split-K", as FA1's kernel does): warp w owns
 // keys [16w, 16w + 16) of the block, computes its slice of S_ij and of P̃_ij V_j, and the warps
-// combine their partial row max, row sum and P̃_ij V_j through shared memory. Each thread computes a
-// small register tile (4 rows × 2 keys of S_ij, 4 rows × d/8 columns of P̃_ij V_j) from shared memory
-// with 16-byte loads: the register tiling that steps 05–07 keep.
+// combine their partial row max, row sum and P̃_ij V_j through shared memory. Each warp's partial
+// P̃_ij V_j sits in registers, B_s·d/32 floats per thread, so lines 9–12 run on B_s = 16 rows of Q_i
+// at a time (a slice; FA1's kernel also steps through Q 16 rows at a time). Each thread computes a
+// register tile (4 rows × 2 keys of S_ij, 4 rows × d/8 columns of P̃_ij V_j) from shared memory with
+// 16-byte loads: the register tiling that steps 05–07 keep.
 //
 // Extra memory: O (fp32), m and ℓ in device memory, (d + 2)·B·H·Nq floats: O(N), not O(N²).
-// The price: every inner iteration reads and writes O_i (fp32) and re-reads Q_i; step 05 swaps the
-// loops so that O_i stays on chip.
+// The price: every inner iteration reads Q_i and reads and writes O_i (fp32), m_i, ℓ_i in device
+// memory; step 05 swaps the loops so that O_i, m_i, ℓ_i stay on chip.
 //
 // Scores are kept in base 2: S_ij is multiplied by scale·log₂e, so e^x is exp2f (one MUFU.EX2), and
 // m (in the workspace too) is in base-2 units. L = ln 2 · (m + log₂ ℓ) is the natural log-sum-exp.
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "common/cuda.cuh"
 #include "steps/ladder.hpp"
@@ -36,17 +39,17 @@ namespace fl::s04 {
 constexpr float inf = std::numeric_limits<float>::infinity();
 
 // ---- Tiles ---------------------------------------------------------------------------------------
-constexpr int B_r = 16;         // rows of Q_i. FA1's kernel also walks Q 16 rows at a time: with
-                                // split-K each warp holds a partial [B_r][d] P̃_ij V_j in registers,
-                                // B_r·d/32 = 64 floats per thread at d = 128.
+constexpr int B_r = 64;         // rows of Q_i (line 8 stages Q_i and O_i, 32 KiB of fp32 at d = 128, on chip)
+constexpr int B_s = 16;         // rows of Q_i per split-K pass (a slice): each warp holds a partial
+                                // [B_s][d] P̃_ij V_j in registers, B_s·d/32 = 64 floats per thread at d = 128.
 constexpr int B_c = 64;         // rows of K_j, V_j
 constexpr int W = 4;            // warps per thread block
 constexpr int NT = 32 * W;      // threads per thread block
 constexpr int K_w = B_c / W;    // split-K: keys of K_j per warp (16)
 constexpr int RG = 4, CG = 8;   // a warp's lanes as RG row groups × CG column groups: lane = rg·CG + cg
-constexpr int TM = B_r / RG;    // rows of S_ij per thread: rg, rg + RG, rg + 2·RG, rg + 3·RG
+constexpr int TM = B_s / RG;    // rows of S_ij per thread: rg, rg + RG, rg + 2·RG, rg + 3·RG (of the slice)
 constexpr int TN = K_w / CG;    // keys of S_ij per thread: cg, cg + CG (within the warp's keys)
-static_assert(NT / CG == B_r, "the combine of line 12 gives each row of O_i to CG threads");
+static_assert(NT / CG == B_s, "line 12 gives each row of the slice to CG threads");
 
 // Shared memory, in floats. Rows of Q_i, K_j, V_j are padded by 4 floats: the RG rows (or CG keys)
 // that a warp reads at one k then start in different banks, so the 16-byte loads do not conflict.
@@ -57,15 +60,16 @@ struct Smem {
   static constexpr int Q = 0;                         // Q_i    [B_r][LD]
   static constexpr int K = Q + B_r * LD;              // K_j    [B_c][LD]
   static constexpr int V = K + B_c * LD;              // V_j    [B_c][LD]
-  static constexpr int P = V + B_c * LD;              // P̃_ij   [B_r][LDP]
-  static constexpr int O_red = P + B_r * LDP;         // each warp's P̃_ij V_j over its keys [W][B_r][d]
-  static constexpr int m_red = O_red + W * B_r * d;   // each warp's row max over its keys  [W][B_r]
-  static constexpr int l_red = m_red + W * B_r;       // each warp's row sum over its keys  [W][B_r]
-  static constexpr int m = l_red + W * B_r;           // m_i    [B_r]
+  static constexpr int P = V + B_c * LD;              // P̃_ij   [B_s][LDP]  (one slice)
+  static constexpr int O_red = P + B_s * LDP;         // each warp's P̃_ij V_j over its keys [W][B_s][d]
+  static constexpr int m_red = O_red + W * B_s * d;   // each warp's row max over its keys  [W][B_s]
+  static constexpr int l_red = m_red + W * B_s;       // each warp's row sum over its keys  [W][B_s]
+  static constexpr int O = l_red + W * B_s;           // O_i    [B_r][d]  from device memory (line 8)
+  static constexpr int m = O + B_r * d;               // m_i    [B_r]
   static constexpr int l = m + B_r;                   // ℓ_i    [B_r]
-  static constexpr int a = l + B_r;                   // line 12's factor on O_i        [B_r]
-  static constexpr int b = a + B_r;                   // line 12's factor on P̃_ij V_j   [B_r]
-  static constexpr size_t bytes = size_t(b + B_r) * sizeof(float);
+  static constexpr int a = l + B_r;                   // line 12's factor on O_i of the slice        [B_s]
+  static constexpr int b = a + B_s;                   // line 12's factor on P̃_ij V_j of the slice   [B_s]
+  static constexpr size_t bytes = size_t(b + B_s) * sizeof(float);
 };
 
 // ---- Helpers (the same in steps 04–07) ------------------------------------------------------------
@@ -173,7 +177,7 @@ __device__ __forceinline__ void store4(T* dst, float4 v) {
 // ---- The kernel ---------------------------------------------------------------------------------
 
 template <class T, int d>
-__global__ void __launch_bounds__(NT) fa1_forward(
+__global__ void __launch_bounds__(NT) flash_forward(
     const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
     float* __restrict__ L, float* __restrict__ O_acc, float* __restrict__ m, float* __restrict__ l,
     int H, int H_kv, int Nq, int Nk, float scale_log2, bool causal) {
@@ -185,14 +189,15 @@ __global__ void __launch_bounds__(NT) fa1_forward(
   float* Q_i = smem + Sm::Q;          // [B_r][LD]    in shared memory, fp32
   float* K_j = smem + Sm::K;          // [B_c][LD]    in shared memory, fp32
   float* V_j = smem + Sm::V;          // [B_c][LD]    in shared memory, fp32
-  float* P_ij = smem + Sm::P;         // [B_r][LDP]   P̃_ij, each warp its own 16 key columns
-  float* O_red = smem + Sm::O_red;    // [W][B_r][d]  each warp's P̃_ij V_j over its keys
-  float* m_red = smem + Sm::m_red;    // [W][B_r]     each warp's rowmax(S_ij) over its keys
-  float* l_red = smem + Sm::l_red;    // [W][B_r]     each warp's rowsum(P̃_ij) over its keys
-  float* m_i = smem + Sm::m;          // [B_r]        m_i, from device memory (line 8)
-  float* l_i = smem + Sm::l;          // [B_r]        ℓ_i, from device memory (line 8)
-  float* a_i = smem + Sm::a;          // [B_r]        diag(ℓ_i^new)⁻¹ diag(ℓ_i) e^{m_i − m_i^new}
-  float* b_i = smem + Sm::b;          // [B_r]        diag(ℓ_i^new)⁻¹ e^{m̃_ij − m_i^new}
+  float* P_ij = smem + Sm::P;         // [B_s][LDP]   P̃_ij of one slice, each warp its own 16 key columns
+  float* O_red = smem + Sm::O_red;    // [W][B_s][d]  each warp's P̃_ij V_j over its keys
+  float* m_red = smem + Sm::m_red;    // [W][B_s]     each warp's rowmax(S_ij) over its keys
+  float* l_red = smem + Sm::l_red;    // [W][B_s]     each warp's rowsum(P̃_ij) over its keys
+  float* O_i = smem + Sm::O;          // [B_r][d]     O_i, from and back to device memory
+  float* m_i = smem + Sm::m;          // [B_r]        m_i, from and back to device memory
+  float* l_i = smem + Sm::l;          // [B_r]        ℓ_i, from and back to device memory
+  float* a_i = smem + Sm::a;          // [B_s]        diag(ℓ_i^new)⁻¹ diag(ℓ_i) e^{m_i − m_i^new}
+  float* b_i = smem + Sm::b;          // [B_s]        diag(ℓ_i^new)⁻¹ e^{m̃_ij − m_i^new}
 
   // One thread block per (b, h); query head h reads K/V head h / (H / H_kv) (MQA/GQA).
   const int64_t bh = blockIdx.x;
@@ -207,152 +212,165 @@ __global__ void __launch_bounds__(NT) fa1_forward(
   float* l_bh = l + bh * Nq;                  // [Nq]     ℓ (workspace)
 
   const int tid = int(threadIdx.x), w = tid / 32, lane = tid % 32;
-  const int rg = lane / CG, cg = lane % CG;   // S_ij: rows rg + RG·ii, keys key0 + cg + CG·jj
+  const int rg = lane / CG, cg = lane % CG;   // S_ij: rows rg + RG·ii of the slice, keys key0 + cg + CG·jj
   const int key0 = w * K_w;                   // split-K: this warp's keys of K_j
-  const int o_r = tid / CG, o_c = tid % CG;   // line 12: this thread owns row o_r of O_i, columns 4 o_c + 32 q
+  const int o_r = tid / CG, o_c = tid % CG;   // line 12: this thread owns row o_r of each slice of O_i, columns 4 o_c + 32 q
   const int T_r = ceil_div(Nq, B_r), T_c = ceil_div(Nk, B_c);
 
   // Line 2: O = 0, ℓ = 0, m = −∞ in device memory (the workspace arrives as NaN). Each thread sets
-  // exactly the elements it will read and write below, so no barrier is needed before the loops.
-  for (int i0 = 0; i0 < Nq; i0 += B_r) {
-    if (i0 + o_r < Nq)
+  // exactly the elements it reads and writes in lines 8 and 12–13, so no barrier is needed.
+  for (int r = o_r; r < Nq; r += B_s)
 #pragma unroll
-      for (int q = 0; q < d / 32; ++q)
-        *reinterpret_cast<float4*>(O_acc_bh + int64_t(i0 + o_r) * d + 4 * o_c + 32 * q) = make_float4(0, 0, 0, 0);
-    if (tid < B_r && i0 + tid < Nq) {
-      m_bh[i0 + tid] = -inf;
-      l_bh[i0 + tid] = 0.f;
+    for (int q = 0; q < d / 32; ++q) *reinterpret_cast<float4*>(O_acc_bh + int64_t(r) * d + 4 * o_c + 32 * q) = make_float4(0, 0, 0, 0);
+  if (tid < B_r)
+    for (int r = tid; r < Nq; r += B_r) {
+      m_bh[r] = -inf;
+      l_bh[r] = 0.f;
     }
-  }
 
   for (int j = 0; j < T_c; ++j) {
     const int j0 = j * B_c;
     // Line 6: K_j, V_j → shared memory. No barrier before overwriting them: a thread gets here only
-    // after the last inner iteration's final barrier, and nobody reads K_j or V_j after that one.
+    // after the last slice's final barrier, and nobody reads K_j or V_j after that one.
     load_tile<T, d, B_c, LD>(K_j, K_bh + int64_t(j0) * d, Nk - j0);
     load_tile<T, d, B_c, LD>(V_j, V_bh + int64_t(j0) * d, Nk - j0);
 
     for (int i = 0; i < T_r; ++i) {
       const int i0 = i * B_r;
-      // Line 8: Q_i, m_i, ℓ_i → shared memory; O_i → the registers of the threads that own it.
+      // Line 8: Q_i, O_i, ℓ_i, m_i → shared memory; each thread loads the elements of O_i it owns in
+      // line 12 (rows past Nq are zeros and are never written back).
       load_tile<T, d, B_r, LD>(Q_i, Q_bh + int64_t(i0) * d, Nq - i0);
+      for (int r = o_r; r < B_r; r += B_s)
+#pragma unroll
+        for (int q = 0; q < d / 32; ++q)
+          *reinterpret_cast<float4*>(O_i + r * d + 4 * o_c + 32 * q) =
+              i0 + r < Nq ? *reinterpret_cast<const float4*>(O_acc_bh + int64_t(i0 + r) * d + 4 * o_c + 32 * q)
+                          : make_float4(0, 0, 0, 0);
       if (tid < B_r) {
         m_i[tid] = i0 + tid < Nq ? m_bh[i0 + tid] : -inf;
         l_i[tid] = i0 + tid < Nq ? l_bh[i0 + tid] : 0.f;
       }
-      float4 O_own[d / 32];  // [d/32] float4: row o_r of O_i, columns 4 o_c + 32 q (used in line 12)
-#pragma unroll
-      for (int q = 0; q < d / 32; ++q)
-        O_own[q] = i0 + o_r < Nq ? *reinterpret_cast<const float4*>(O_acc_bh + int64_t(i0 + o_r) * d + 4 * o_c + 32 * q)
-                                 : make_float4(0, 0, 0, 0);
       __syncthreads();
 
-      // Line 9: S_ij = Q_i K_jᵀ, this warp's 16 keys: a TM × TN tile per thread, scaled to base 2.
-      // Masked: keys past Nk (partial K_j) and, when causal, keys past row + Nk − Nq.
-      float S_ij[TM][TN];
-      tile_QK<TM, TN, d, LD>(S_ij, Q_i + rg * LD, K_j + (key0 + cg) * LD);
+      for (int s0 = 0; s0 < B_r; s0 += B_s) {
+        // Line 9: S_ij = Q_i K_jᵀ for the slice's rows, this warp's 16 keys: a TM × TN tile per
+        // thread, scaled to base 2. Masked: keys past Nk and, when causal, keys past row + Nk − Nq.
+        float S_ij[TM][TN];
+        tile_QK<TM, TN, d, LD>(S_ij, Q_i + (s0 + rg) * LD, K_j + (key0 + cg) * LD);
 #pragma unroll
-      for (int ii = 0; ii < TM; ++ii)
+        for (int ii = 0; ii < TM; ++ii)
 #pragma unroll
-        for (int jj = 0; jj < TN; ++jj) {
-          const int row = i0 + rg + RG * ii, key = j0 + key0 + cg + CG * jj;
-          const bool seen = key < Nk && (!causal || key <= row + Nk - Nq);
-          S_ij[ii][jj] = seen ? S_ij[ii][jj] * scale_log2 : -inf;
-        }
+          for (int jj = 0; jj < TN; ++jj) {
+            const int row = i0 + s0 + rg + RG * ii, key = j0 + key0 + cg + CG * jj;
+            const bool seen = key < Nk && (!causal || key <= row + Nk - Nq);
+            S_ij[ii][jj] = seen ? S_ij[ii][jj] * scale_log2 : -inf;
+          }
 
-      // Line 10: m̃_ij = rowmax(S_ij): over this warp's keys by shuffles, then over the W warps
-      // through shared memory (the split-K cost that step 07 removes).
+        // Line 10: m̃_ij = rowmax(S_ij): over this warp's keys by shuffles, then over the W warps
+        // through shared memory (the split-K cost that step 07 removes).
 #pragma unroll
-      for (int ii = 0; ii < TM; ++ii) {
-        float mx = S_ij[ii][0];
+        for (int ii = 0; ii < TM; ++ii) {
+          float mx = S_ij[ii][0];
 #pragma unroll
-        for (int jj = 1; jj < TN; ++jj) mx = fmaxf(mx, S_ij[ii][jj]);
-        mx = row_max(mx);
-        if (cg == 0) m_red[w * B_r + rg + RG * ii] = mx;
-      }
-      __syncthreads();
-      // P̃_ij = exp(S_ij − m̃_ij) and this warp's part of ℓ̃_ij = rowsum(P̃_ij). A row that sees no key
-      // of K_j has m̃_ij = −∞: subtract 0 instead, so that P̃_ij = e^{−∞} = 0 and never −∞ − (−∞).
-#pragma unroll
-      for (int ii = 0; ii < TM; ++ii) {
-        float m_tilde = -inf;
-#pragma unroll
-        for (int v = 0; v < W; ++v) m_tilde = fmaxf(m_tilde, m_red[v * B_r + rg + RG * ii]);
-        const float m_sub = m_tilde == -inf ? 0.f : m_tilde;
-        float sum = 0.f;
-#pragma unroll
-        for (int jj = 0; jj < TN; ++jj) {
-          const float p = exp2f(S_ij[ii][jj] - m_sub);
-          P_ij[(rg + RG * ii) * LDP + key0 + cg + CG * jj] = p;
-          sum += p;
+          for (int jj = 1; jj < TN; ++jj) mx = fmaxf(mx, S_ij[ii][jj]);
+          mx = row_max(mx);
+          if (cg == 0) m_red[w * B_s + rg + RG * ii] = mx;
         }
-        sum = row_sum(sum);
-        if (cg == 0) l_red[w * B_r + rg + RG * ii] = sum;
-      }
-      __syncwarp();  // this warp's columns of P̃_ij are written and read by its own lanes only
-      // P̃_ij V_j over this warp's 16 keys: a partial [B_r][d] product, summed over the warps below.
-      float PV[TM][TD] = {};
-      tile_PV<TM, TD, K_w, LD, LDP>(PV, P_ij + rg * LDP + key0, V_j + key0 * LD + 4 * cg);
+        __syncthreads();
+        // P̃_ij = exp(S_ij − m̃_ij) and this warp's part of ℓ̃_ij = rowsum(P̃_ij). A row that sees no key
+        // of K_j has m̃_ij = −∞: subtract 0 instead, so that P̃_ij = e^{−∞} = 0 and never −∞ − (−∞).
 #pragma unroll
-      for (int ii = 0; ii < TM; ++ii)
+        for (int ii = 0; ii < TM; ++ii) {
+          float m_tilde = -inf;
 #pragma unroll
-        for (int q = 0; q < TD / 4; ++q)
-          *reinterpret_cast<float4*>(O_red + (w * B_r + rg + RG * ii) * d + 4 * cg + 32 * q) =
-              make_float4(PV[ii][4 * q], PV[ii][4 * q + 1], PV[ii][4 * q + 2], PV[ii][4 * q + 3]);
-      __syncthreads();
+          for (int v = 0; v < W; ++v) m_tilde = fmaxf(m_tilde, m_red[v * B_s + rg + RG * ii]);
+          const float m_sub = m_tilde == -inf ? 0.f : m_tilde;
+          float sum = 0.f;
+#pragma unroll
+          for (int jj = 0; jj < TN; ++jj) {
+            const float p = exp2f(S_ij[ii][jj] - m_sub);
+            P_ij[(rg + RG * ii) * LDP + key0 + cg + CG * jj] = p;
+            sum += p;
+          }
+          sum = row_sum(sum);
+          if (cg == 0) l_red[w * B_s + rg + RG * ii] = sum;
+        }
+        __syncwarp();  // this warp's columns of P̃_ij are written and read by its own lanes only
+        // P̃_ij V_j over this warp's 16 keys: a partial [B_s][d] product, summed over the warps below.
+        float PV[TM][TD] = {};
+        tile_PV<TM, TD, K_w, LD, LDP>(PV, P_ij + rg * LDP + key0, V_j + key0 * LD + 4 * cg);
+#pragma unroll
+        for (int ii = 0; ii < TM; ++ii)
+#pragma unroll
+          for (int q = 0; q < TD / 4; ++q)
+            *reinterpret_cast<float4*>(O_red + (w * B_s + rg + RG * ii) * d + 4 * cg + 32 * q) =
+                make_float4(PV[ii][4 * q], PV[ii][4 * q + 1], PV[ii][4 * q + 2], PV[ii][4 * q + 3]);
+        __syncthreads();
 
-      // Line 11, one thread per row: m̃_ij and ℓ̃_ij from the warps' parts, then m_i^new, ℓ_i^new and
-      // the two factors of line 12. Line 13: m_i, ℓ_i → device memory.
-      if (tid < B_r) {
-        float m_tilde = -inf, l_tilde = 0.f;
-#pragma unroll
-        for (int v = 0; v < W; ++v) {
-          m_tilde = fmaxf(m_tilde, m_red[v * B_r + tid]);
-          l_tilde += l_red[v * B_r + tid];
-        }
-        const float m_new = fmaxf(m_i[tid], m_tilde);
-        const float m_sub = m_new == -inf ? 0.f : m_new;  // no key seen yet: all factors are 0
-        const float e_old = exp2f(m_i[tid] - m_sub), e_tilde = exp2f(m_tilde - m_sub);
-        const float l_new = e_old * l_i[tid] + e_tilde * l_tilde;
-        const float inv = l_new > 0.f ? 1.f / l_new : 0.f;
-        a_i[tid] = inv * l_i[tid] * e_old;
-        b_i[tid] = inv * e_tilde;
-        if (i0 + tid < Nq) {
-          m_bh[i0 + tid] = m_new;
-          l_bh[i0 + tid] = l_new;
-        }
-      }
-      __syncthreads();
-      // Line 12: O_i ← a·O_i + b·Σ_w (P̃_ij V_j)_w → device memory, renormalised every iteration.
-      if (i0 + o_r < Nq) {
-        const float a = a_i[o_r], b = b_i[o_r];
-#pragma unroll
-        for (int q = 0; q < d / 32; ++q) {
-          float4 s = make_float4(0, 0, 0, 0);
+        // Line 11, one thread per row: m̃_ij and ℓ̃_ij from the warps' parts, then m_i^new, ℓ_i^new
+        // and the two factors of line 12.
+        if (tid < B_s) {
+          const int r = s0 + tid;
+          float m_tilde = -inf, l_tilde = 0.f;
 #pragma unroll
           for (int v = 0; v < W; ++v) {
-            const float4 x = *reinterpret_cast<const float4*>(O_red + (v * B_r + o_r) * d + 4 * o_c + 32 * q);
-            s.x += x.x, s.y += x.y, s.z += x.z, s.w += x.w;
+            m_tilde = fmaxf(m_tilde, m_red[v * B_s + tid]);
+            l_tilde += l_red[v * B_s + tid];
           }
-          const float4 o = make_float4(a * O_own[q].x + b * s.x, a * O_own[q].y + b * s.y,
-                                       a * O_own[q].z + b * s.z, a * O_own[q].w + b * s.w);
-          *reinterpret_cast<float4*>(O_acc_bh + int64_t(i0 + o_r) * d + 4 * o_c + 32 * q) = o;
+          const float m_new = fmaxf(m_i[r], m_tilde);
+          const float m_sub = m_new == -inf ? 0.f : m_new;  // no key seen yet: all factors are 0
+          const float e_old = exp2f(m_i[r] - m_sub), e_tilde = exp2f(m_tilde - m_sub);
+          const float l_new = e_old * l_i[r] + e_tilde * l_tilde;
+          const float inv = l_new > 0.f ? 1.f / l_new : 0.f;
+          a_i[tid] = inv * l_i[r] * e_old;
+          b_i[tid] = inv * e_tilde;
+          l_i[r] = l_new;
+          m_i[r] = m_new;
         }
+        __syncthreads();
+        // Line 12: O_i ← a·O_i + b·Σ_w (P̃_ij V_j)_w: renormalised by diag(ℓ_i^new)⁻¹ every time.
+        {
+          const float a = a_i[o_r], b = b_i[o_r];
+          float* O_row = O_i + (s0 + o_r) * d + 4 * o_c;
+#pragma unroll
+          for (int q = 0; q < d / 32; ++q) {
+            float4 s = make_float4(0, 0, 0, 0);
+#pragma unroll
+            for (int v = 0; v < W; ++v) {
+              const float4 x = *reinterpret_cast<const float4*>(O_red + (v * B_s + o_r) * d + 4 * o_c + 32 * q);
+              s.x += x.x, s.y += x.y, s.z += x.z, s.w += x.w;
+            }
+            const float4 o = *reinterpret_cast<const float4*>(O_row + 32 * q);
+            *reinterpret_cast<float4*>(O_row + 32 * q) =
+                make_float4(a * o.x + b * s.x, a * o.y + b * s.y, a * o.z + b * s.z, a * o.w + b * s.w);
+          }
+        }
+      }
+
+      // Lines 12–13: O_i, ℓ_i, m_i → device memory. Each thread writes what it owns in line 12 (O_i)
+      // or loaded in line 8 (ℓ_i, m_i; the last slice's barrier made their new values visible).
+      for (int r = o_r; r < B_r; r += B_s)
+        if (i0 + r < Nq)
+#pragma unroll
+          for (int q = 0; q < d / 32; ++q)
+            *reinterpret_cast<float4*>(O_acc_bh + int64_t(i0 + r) * d + 4 * o_c + 32 * q) =
+                *reinterpret_cast<const float4*>(O_i + r * d + 4 * o_c + 32 * q);
+      if (tid < B_r && i0 + tid < Nq) {
+        m_bh[i0 + tid] = m_i[tid];
+        l_bh[i0 + tid] = l_i[tid];
       }
     }
   }
 
   // Line 16: O, in the storage type, and L = m + log ℓ for the backward. A row that saw no key has
   // ℓ = 0: O = 0 (it was never changed) and L = +∞. Each thread reads only what it wrote itself.
-  for (int i0 = 0; i0 < Nq; i0 += B_r) {
-    if (i0 + o_r < Nq)
+  for (int r = o_r; r < Nq; r += B_s)
 #pragma unroll
-      for (int q = 0; q < d / 32; ++q)
-        store4(O_bh + int64_t(i0 + o_r) * d + 4 * o_c + 32 * q,
-               *reinterpret_cast<const float4*>(O_acc_bh + int64_t(i0 + o_r) * d + 4 * o_c + 32 * q));
-    if (tid < B_r && i0 + tid < Nq)
-      L_bh[i0 + tid] = l_bh[i0 + tid] > 0.f ? 0.69314718f * (m_bh[i0 + tid] + log2f(l_bh[i0 + tid])) : inf;
-  }
+    for (int q = 0; q < d / 32; ++q)
+      store4(O_bh + int64_t(r) * d + 4 * o_c + 32 * q,
+             *reinterpret_cast<const float4*>(O_acc_bh + int64_t(r) * d + 4 * o_c + 32 * q));
+  if (tid < B_r)
+    for (int r = tid; r < Nq; r += B_r) L_bh[r] = l_bh[r] > 0.f ? 0.69314718f * (m_bh[r] + log2f(l_bh[r])) : inf;
 }
 
 // ---- The launcher ---------------------------------------------------------------------------------
@@ -376,16 +394,16 @@ std::string limits(const Problem& p) {
 
 template <class T, int d>
 void launch(const Problem& p, const ForwardArgs& a) {
-  constexpr size_t smem = Smem<d>::bytes;  // 113 KiB at d = 128, 59 KiB at d = 64
-  FL_CUDA(cudaFuncSetAttribute(fa1_forward<T, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  constexpr size_t smem = Smem<d>::bytes;  // 169 KiB at d = 128 (one block per SM), 89 KiB at d = 64 (two)
+  FL_CUDA(cudaFuncSetAttribute(flash_forward<T, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   float* O_acc = static_cast<float*>(a.workspace);  // [B][H][Nq][d]
   float* m = O_acc + p.q_elems();                   // [B][H][Nq]
   float* l = m + p.lse_elems();                     // [B][H][Nq]
   const dim3 grid(unsigned(p.B * p.H)), block(NT);  // one thread block per (b, h)
-  fa1_forward<T, d><<<grid, block, smem, static_cast<cudaStream_t>(a.stream)>>>(
+  flash_forward<T, d><<<grid, block, smem, static_cast<cudaStream_t>(a.stream)>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
-      a.lse, O_acc, m, l, int(p.H), int(p.H_kv), int(p.Nq), int(p.Nk),
-      float(p.softmax_scale() * 1.4426950408889634), p.causal);
+      a.lse, O_acc, m, l, int(p.H), int(p.H_kv), int(p.Nq), int(p.Nk), float(p.softmax_scale() * 1.4426950408889634),
+      p.causal);
   FL_CUDA(cudaGetLastError());
 }
 
@@ -394,7 +412,8 @@ void forward(const Problem& p, const ForwardArgs& a) {
   if (!why.empty()) throw Error(why);
   dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (p.d == 64) launch<T, 64>(p, a);
+    if constexpr (std::is_same_v<T, float>) throw Error("step 04 stores fp16 or bf16, not fp32");
+    else if (p.d == 64) launch<T, 64>(p, a);
     else if (p.d == 128) launch<T, 128>(p, a);
     else throw Error("step 04 supports head dims 64 and 128, not d = " + std::to_string(p.d));
   });

@@ -1,0 +1,366 @@
+// flashladder — step 08d: step 08c with the softmax in the exp2 domain and tiles tuned per head dim.
+//
+// Two tuning changes against 08c, both about keeping the tensor cores busy:
+//
+// 1. The softmax in base 2. exp(x) is computed by the hardware as 2^(x·log2 e) (one MUFU.EX2), so
+//    08c's  S *= τ;  exp(S − m)  costs a multiply for τ, a subtract, a multiply by log2 e and the EX2.
+//    With m_i kept on the unscaled scores, P̃_ij = 2^(S_ij·τ·log2 e − m_i·τ·log2 e): one FFMA with
+//    the constant τ·log2 e and one EX2 per element, and no separate pass scaling S_ij. The EX2 is the
+//    .ftz approximation (mma::exp2_approx); weights below 2^−126 flush to 0, which changes nothing here.
+//    L_i = τ·m_i + ln ℓ_i. This needs τ > 0 (so that max(τ·S) = τ·max(S)), which Problem guarantees.
+//
+// 2. Tiles per head dim, and warps that own 32 rows. A warp that owns 16 rows uses each K_j and V_j
+//    fragment it reads from shared memory for one mma: every m16n8k16 (2048 multiply-adds) needs a
+//    fresh 256-byte B operand, and an SM's shared memory delivers 128 bytes per clock, which caps the
+//    SM at one mma per 2 clocks, about what mma.sync reaches on Hopper. With two m-tiles (32 rows) per
+//    warp each fragment serves two mma: half the shared-memory traffic per mma. So B_r = 128 = 4 warps
+//    × 32 rows (M_t = 2), the tiles of FlashAttention-2's own sm80 kernel as it runs on H100:
+//    B_c = 128 for d <= 64 (S_ij is 128 floats per thread, O_i 64 or 32), B_c = 64 for d = 96, 128
+//    (S_ij 64 floats, O_i 96 or 128). At d = 256, O_i alone would be 256 floats per thread at 32 rows
+//    per warp: there the warps keep 16 rows, 8 warps × 16 = 128 rows, B_c = 64.
+//    Shared memory (Q_i, 2 × K_j, 2 × V_j): 40, 80, 72, 96, 192 KiB for d = 32, 64, 96, 128, 256, so
+//    two blocks (8 warps) fit on an SM up to d = 128 (and their registers, at most 255 × 128 each).
+//    With causal masking the Q blocks are taken in reverse order, the longest rows (most K_j) first,
+//    so the short ones fill the tail of the grid instead of a long one running alone at the end.
+#include <climits>
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "common/cuda.cuh"
+#include "common/mma.cuh"
+#include "steps/ladder.hpp"
+
+namespace fl::s08d {
+
+constexpr const char* kStep = "step 08d_exp2_tuned";  // for messages
+
+constexpr int B_r = 128;  // rows of Q_i per thread block, every d
+
+// The tiles per head dim (see the header): B_c rows of K_j, V_j per iteration of the inner loop;
+// kWarps warps, each owning B_r / kWarps rows of Q_i = M_t m-tiles of 16 rows (the m of m16n8k16).
+template <int d>
+struct Tiles {
+  static constexpr int B_c = d <= 64 ? 128 : 64;
+  static constexpr int kWarps = d <= 128 ? 4 : 8;
+  static constexpr int M_t = B_r / 16 / kWarps;
+  static constexpr int kThreads = 32 * kWarps;
+};
+
+// Offset of element (row, col) of a [rows][d] tile in shared memory, rows of d/8 chunks of 16 bytes,
+// chunk col/8 of a row stored at chunk (col/8) ^ swizzle(row) of the same row:
+//   d/8 a multiple of 8 (d = 64, 128, 256): swizzle = row % 8. A row is a multiple of 128 bytes, so
+//     the bank group of logical chunk c is (c % 8) ^ (row % 8): over 8 consecutive rows, all 8 values.
+//   d/8 = 4 or 12 (d = 32, 96): swizzle = row / 2 % 4, which changes only the low 2 bits (a chunk stays
+//     in its aligned group of 4). A row is 64 or 192 bytes (64 mod 128), so the bank group of logical
+//     chunk c is 4·((row + c / 4) % 2) + ((c % 4) ^ (row / 2 % 4)): over 8 consecutive rows the pair
+//     (row % 2, row / 2 % 4) takes all 8 values, and so does the bank group.
+template <int d>
+__device__ __forceinline__ int at(int row, int col) {
+  constexpr int kChunks = d / 8;
+  const int swizzle = kChunks % 8 == 0 ? row % 8 : row / 2 % 4;
+  return row * d + ((col / 8) ^ swizzle) * 8 + col % 8;
+}
+
+// Rows [0, ROWS) of a [rows_left…][d] block in device memory → a [ROWS][d] tile in shared memory.
+// Each thread issues 16-byte cp.async copies (8 elements), device memory → shared memory, and does not
+// wait for them: the caller commits them as one group and waits for the group when it needs the tile.
+// Rows at or past rows_left (the partial last block of Q or K/V) are zero-filled by the copy (src-size
+// 0) and never read; their source address is the block's first row, which exists.
+template <class T, int d, int ROWS>
+__device__ __forceinline__ void load_tile(T* tile, const T* block, int rows_left) {
+  constexpr int kThreads = Tiles<d>::kThreads;
+  constexpr int kChunks = d / 8;  // 16-byte chunks per row
+  static_assert(ROWS * kChunks % kThreads == 0, "every thread moves the same number of chunks");
+  // Unrolled by 4, not fully, as in 08c: fully unrolled, the copies' addresses crowd O_i's registers.
+#pragma unroll 4
+  for (int step = 0; step < ROWS * kChunks / kThreads; ++step) {
+    const int idx = step * kThreads + threadIdx.x;  // consecutive threads, consecutive 16-byte chunks
+    const int row = idx / kChunks, col = idx % kChunks * 8;
+    const bool valid = row < rows_left;
+    mma::cp_async_16(tile + at<d>(row, col), block + (valid ? int64_t(row) * d + col : 0), valid);
+  }
+}
+
+// One thread block computes O_i and L_i for one Q_i (B_r rows) of one (batch, head).
+// Fragment names: lane = 4·g + t; in each of its warp's M_t m-tiles of 16 rows this thread holds rows
+// g and g + 8, and in each 8-column n-tile the columns 2t and 2t + 1 (PTX ISA, "Matrix fragments for
+// mma.m16n8k16"). Row and key indices are 32-bit (limits() keeps Nq, Nk below 2^30); offsets into the
+// tensors are 64-bit.
+template <class T, int d>
+__global__ void __launch_bounds__(Tiles<d>::kThreads)
+attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                 T* __restrict__ O, float* __restrict__ L, int64_t H, int64_t H_kv, int Nq, int Nk,
+                 int64_t T_r, float scale, bool causal) {
+  constexpr int B_c = Tiles<d>::B_c, M_t = Tiles<d>::M_t;
+  const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* Q_s = reinterpret_cast<T*>(smem);  // Q_i: [B_r][d] in shared memory
+  T* K_buf = Q_s + B_r * d;             // K_j, K_{j+1}: [2][B_c][d] in shared memory (double buffer)
+  T* V_buf = K_buf + 2 * B_c * d;       // V_j, V_{j+1}: [2][B_c][d] in shared memory
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;  // fragment row group and column pair (see above)
+
+  // blockIdx.x = i + T_r · (b·H + h): the Q blocks of one head are neighbours, so they run together
+  // and share that head's K and V in L2. One flat x dimension: gridDim.y/z would cap B·H at 65535.
+  // Causal: i runs backwards, so the blocks with the most K_j start first.
+  const int64_t i = causal ? T_r - 1 - blockIdx.x % T_r : blockIdx.x % T_r, bh = blockIdx.x / T_r;
+  const int64_t b = bh / H, h = bh % H, h_kv = h / (H / H_kv);  // GQA/MQA: head h reads K/V head h_kv
+  const int i0 = int(i) * B_r;                                   // first row of Q_i
+  const T* Q_g = Q + (bh * Nq + i0) * d;                         // Q_i: [min(B_r, Nq − i0)][d] in HBM
+  const T* K_g = K + (b * H_kv + h_kv) * Nk * d;                 // K:   [Nk][d] in HBM
+  const T* V_g = V + (b * H_kv + h_kv) * Nk * d;                 // V:   [Nk][d] in HBM
+  T* O_g = O + (bh * Nq + i0) * d;                               // O_i: [min(B_r, Nq − i0)][d] in HBM
+  float* L_g = L + bh * Nq + i0;                                 // L_i: [min(B_r, Nq − i0)] in HBM
+
+  // ---- Prologue (lines 4–5): Q_i → shared memory. Rows past Nq are zero-filled, computed, not stored.
+  load_tile<T, d, B_r>(Q_s, Q_g, Nq - i0);  // (committed below with K_0, V_0)
+
+  // The accumulators of this thread's rows: in m-tile mt, r = 0 (row g) and r = 1 (row g + 8).
+  float O_i[M_t][d / 8][4];  // O_i: the warp's [16·M_t][d]; O_i[mt][n][2r+e] = O[16mt+g+8r][8n+2t+e]
+  float m_i[M_t][2], l_i[M_t][2];  // running max m_i (of the unscaled S) and running sum ℓ_i
+#pragma unroll
+  for (int mt = 0; mt < M_t; ++mt) {
+#pragma unroll
+    for (int n = 0; n < d / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) O_i[mt][n][e] = 0.f;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      m_i[mt][r] = -INFINITY;
+      l_i[mt][r] = 0.f;  // over this thread's columns only; the row's 4 threads add theirs at the end
+    }
+  }
+
+  // Causal, bottom-right aligned: query row q sees key k iff k <= q + diag. The last row of Q_i,
+  // min(i0 + B_r, Nq) − 1, sees keys [0, n_end); the blocks K_j past n_end are skipped entirely.
+  const int diag = Nk - Nq;
+  const int last_row = (i0 + B_r < Nq ? i0 + B_r : Nq) - 1;
+  const int n_end = causal && last_row + diag + 1 < Nk ? last_row + diag + 1 : Nk;
+  const int T_c = n_end > 0 ? ceil_div(n_end, B_c) : 0;  // K/V blocks this Q_i visits
+  const int row0 = i0 + warp * 16 * M_t + g;  // this thread's row g of m-tile 0, as a row of Q
+  if (T_c > 0) {  // K_0, V_0 into buffer 0, in flight with Q_i
+    load_tile<T, d, B_c>(K_buf, K_g, Nk);
+    load_tile<T, d, B_c>(V_buf, V_g, Nk);
+  }
+  mma::cp_async_commit();
+
+  // ---- Main loop (lines 6–11), once per K_j, V_j. Line 7: K_j, V_j → shared memory, issued early.
+  for (int j = 0; j < T_c; ++j) {
+    const int j0 = j * B_c;   // first key of K_j
+    mma::cp_async_wait<0>();  // this thread's copies of K_j, V_j (and, at j = 0, Q_i) have landed
+    __syncthreads();          // everyone's have; every warp is done reading K_{j−1}, V_{j−1}
+    if (j + 1 < T_c) {        // K_{j+1}, V_{j+1} into the other buffers, in flight during the math below
+      const int j1 = j0 + B_c;  // first key of K_{j+1}
+      load_tile<T, d, B_c>(K_buf + (j + 1) % 2 * B_c * d, K_g + int64_t(j1) * d, Nk - j1);
+      load_tile<T, d, B_c>(V_buf + (j + 1) % 2 * B_c * d, V_g + int64_t(j1) * d, Nk - j1);
+      mma::cp_async_commit();
+    }
+    const T* K_s = K_buf + j % 2 * B_c * d;  // K_j: [B_c][d] in shared memory
+    const T* V_s = V_buf + j % 2 * B_c * d;  // V_j: [B_c][d] in shared memory
+
+    // Line 8: S_ij = Q_i K_jᵀ, unscaled, the warp's [16·M_t][B_c] in registers: M_t × B_c/8 tiles.
+    float S_ij[M_t][B_c / 8][4];  // S_ij[mt][n][2r + e] = S[16mt + g + 8r][8n + 2t + e]
+#pragma unroll
+    for (int mt = 0; mt < M_t; ++mt)
+#pragma unroll
+      for (int n = 0; n < B_c / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) S_ij[mt][n][e] = 0.f;
+#pragma unroll
+    for (int k = 0; k < d / 16; ++k) {
+      // A = Q_i[16 rows][16 cols at 16k], one ldmatrix.x4: lanes 0–15 give rows 0–15 at col 16k
+      // (matrices 0, 1 = a0, a1: cols 0–7 of rows 0–7, 8–15), lanes 16–31 rows 0–15 at col 16k + 8
+      // (matrices 2, 3 = a2, a3). Then lane 4g + t holds a0 = A[g][2t..2t+1], a1 = A[g+8][2t..],
+      // a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]: the A layout of m16n8k16.
+      uint32_t a[M_t][4];  // Q_i fragments: M_t × [16][16]
+#pragma unroll
+      for (int mt = 0; mt < M_t; ++mt)
+        mma::ldmatrix_x4(a[mt], Q_s + at<d>((warp * M_t + mt) * 16 + lane % 16, 16 * k + lane / 16 * 8));
+#pragma unroll
+      for (int n = 0; n < B_c / 16; ++n) {
+        // B = K_jᵀ[16 dims][8 keys]; B column c is K_j row c, so K_j's rows are exactly the "Bᵀ rows"
+        // that the non-transposing ldmatrix delivers: matrix (key block kb, dim half dh) gives
+        // lane 4g + t the pair K_j[8kb + g][8dh + 2t..] = B[8dh + 2t..][g]. One x4 covers two n-tiles:
+        // lanes 0–7 keys 16n+0..7 dims +0 (b0 of tile 2n), 8–15 keys 16n+0..7 dims +8 (b1 of 2n),
+        // 16–23 keys 16n+8..15 dims +0 (b0 of 2n+1), 24–31 keys 16n+8..15 dims +8 (b1 of 2n+1).
+        uint32_t kb[4];  // K_j fragment: [16 keys][16 dims]
+        mma::ldmatrix_x4(kb, K_s + at<d>(16 * n + lane % 8 + lane / 16 * 8, 16 * k + lane / 8 % 2 * 8));
+        const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+#pragma unroll
+        for (int mt = 0; mt < M_t; ++mt) {  // each K_j fragment serves the warp's M_t m-tiles
+          mma::mma_m16n8k16<T>(S_ij[mt][2 * n], a[mt], b0);
+          mma::mma_m16n8k16<T>(S_ij[mt][2 * n + 1], a[mt], b1);
+        }
+      }
+    }
+
+    // No pass scaling S_ij by τ: the scale is folded into the exponent below.
+
+    // Mask only blocks that need it: the partial last block (keys past Nk) and, when causal, the
+    // blocks the diagonal crosses (some key past the first row's last visible key, i0 + diag).
+    if (j0 + B_c > Nk || (causal && j0 + B_c - 1 > i0 + diag)) {
+#pragma unroll
+      for (int mt = 0; mt < M_t; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          // Row row0 + 16mt + 8r sees keys [0, last): in this block, the columns [0, seen) of S_ij.
+          const int row = row0 + 16 * mt + 8 * r;
+          const int last = causal && row + diag + 1 < Nk ? row + diag + 1 : Nk;
+          const int seen = last - j0 < 0 ? 0 : last - j0 > B_c ? B_c : last - j0;
+#pragma unroll
+          for (int n = 0; n < B_c / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              if (8 * n + 2 * t + e >= seen) S_ij[mt][n][2 * r + e] = -INFINITY;
+        }
+    }
+
+    // Online softmax (line 9) in base 2, m_i the max of the unscaled S (τ > 0: also the max of τ S):
+    // m_i^(j) = max(m_i^(j−1), rowmax(S_ij)), P̃_ij = 2^(S_ij·τ log2 e − m_i^(j)·τ log2 e),
+    // ℓ_i^(j) = 2^((m_i^(j−1) − m_i^(j))·τ log2 e) ℓ_i^(j−1) + rowsum(P̃_ij).
+    // A row lives in the 4 threads of a quad (lanes 4g..4g+3): two xor-shuffles give its max.
+#pragma unroll
+    for (int mt = 0; mt < M_t; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float m_new = m_i[mt][r];
+#pragma unroll
+        for (int n = 0; n < B_c / 8; ++n)
+          m_new = fmaxf(m_new, fmaxf(S_ij[mt][n][2 * r], S_ij[mt][n][2 * r + 1]));
+        m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
+        m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+        // A row that has seen no key yet has m_new = −∞; subtracting it would give 2^(−∞ + ∞) = NaN.
+        // Subtract 0 instead: every P̃ and the rescale factor are then 2^(−∞) = 0, ℓ stays 0.
+        const float m_sub = m_new == -INFINITY ? 0.f : m_new * scale_log2;
+        const float alpha = mma::exp2_approx(m_i[mt][r] * scale_log2 - m_sub);  // 0 at first
+        m_i[mt][r] = m_new;
+        float rowsum = 0.f;
+#pragma unroll
+        for (int n = 0; n < B_c / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {  // one FFMA, one EX2; S_ij becomes P̃_ij in place
+            float& s = S_ij[mt][n][2 * r + e];
+            s = mma::exp2_approx(fmaf(s, scale_log2, -m_sub));
+            rowsum += s;
+          }
+        l_i[mt][r] = alpha * l_i[mt][r] + rowsum;
+        // Line 10, first half: O_i^(j) = diag(e^{τ(m_i^(j−1) − m_i^(j))}) O_i^(j−1) (un-scaled O).
+#pragma unroll
+        for (int n = 0; n < d / 8; ++n) {
+          O_i[mt][n][2 * r] *= alpha;
+          O_i[mt][n][2 * r + 1] *= alpha;
+        }
+      }
+
+    // Line 10, second half: O_i += P̃_ij V_j, k = B_c/16 steps of 16 keys, d/8 n-tiles.
+#pragma unroll
+    for (int k = 0; k < B_c / 16; ++k) {
+      // A = P̃_ij[16 rows][16 keys at 16k] from the accumulators of n-tiles 2k and 2k + 1, rounded to T:
+      // a0 = P̃[g][16k + 2t..]     = S_ij[2k][0, 1]      a1 = P̃[g+8][16k + 2t..]     = S_ij[2k][2, 3]
+      // a2 = P̃[g][16k + 8 + 2t..] = S_ij[2k+1][0, 1]    a3 = P̃[g+8][16k + 8 + 2t..] = S_ij[2k+1][2, 3]
+      uint32_t a[M_t][4];  // P̃_ij fragments: M_t × [16][16]
+#pragma unroll
+      for (int mt = 0; mt < M_t; ++mt) {
+        a[mt][0] = mma::pack2<T>(S_ij[mt][2 * k][0], S_ij[mt][2 * k][1]);
+        a[mt][1] = mma::pack2<T>(S_ij[mt][2 * k][2], S_ij[mt][2 * k][3]);
+        a[mt][2] = mma::pack2<T>(S_ij[mt][2 * k + 1][0], S_ij[mt][2 * k + 1][1]);
+        a[mt][3] = mma::pack2<T>(S_ij[mt][2 * k + 1][2], S_ij[mt][2 * k + 1][3]);
+      }
+#pragma unroll
+      for (int n = 0; n < d / 16; ++n) {
+        // B = V_j[16 keys at 16k][8 dims]: b0 = V_j[16k + 2t..2t+1][8n' + g] is a column pair, so the
+        // 8×8 matrices are read with .trans: matrix (keys 8kh.., dims 8dh..) stored row-major gives
+        // lane 4g + t the elements (2t, g), (2t+1, g). One x4 covers two n-tiles: lanes 0–7 keys
+        // 16k+0..7 dims 16n+0 (b0 of tile 2n), 8–15 keys 16k+8..15 dims 16n+0 (b1 of 2n),
+        // 16–23 keys 16k+0..7 dims 16n+8 (b0 of 2n+1), 24–31 keys 16k+8..15 dims 16n+8 (b1 of 2n+1).
+        uint32_t vb[4];  // V_j fragment: [16 keys][16 dims]
+        mma::ldmatrix_x4_trans(vb, V_s + at<d>(16 * k + lane % 16, 16 * n + lane / 16 * 8));
+        const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+#pragma unroll
+        for (int mt = 0; mt < M_t; ++mt) {  // each V_j fragment serves the warp's M_t m-tiles
+          mma::mma_m16n8k16<T>(O_i[mt][2 * n], a[mt], b0);
+          mma::mma_m16n8k16<T>(O_i[mt][2 * n + 1], a[mt], b1);
+        }
+      }
+    }
+  }
+
+  mma::cp_async_wait<0>();  // no copy outlives the loop (with T_c = 0, Q_i's were never waited for)
+
+  // ---- Epilogue (lines 12–15): O_i = diag(ℓ_i)⁻¹ O_i, L_i = τ m_i + log ℓ_i, rows past Nq not stored.
+#pragma unroll
+  for (int mt = 0; mt < M_t; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = l_i[mt][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);  // the quad's 4 partial sums: the row's ℓ_i
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      // ℓ_i = 0 only for a row that sees no key (any visible key contributes 2^0 = 1 at the max):
+      // then O = 0 and L = +∞, so the backward's exp(S − L) is 0.
+      const float inv_l = l > 0.f ? 1.f / l : 0.f;
+      const int row = (warp * M_t + mt) * 16 + g + 8 * r;  // within Q_i
+      if (i0 + row < Nq) {
+#pragma unroll
+        for (int n = 0; n < d / 8; ++n)  // 2 elements (4 bytes) per store
+          *reinterpret_cast<uint32_t*>(O_g + int64_t(row) * d + 8 * n + 2 * t) =
+              mma::pack2<T>(O_i[mt][n][2 * r] * inv_l, O_i[mt][n][2 * r + 1] * inv_l);
+        if (t == 0) L_g[row] = l > 0.f ? m_i[mt][r] * scale + logf(l) : INFINITY;
+      }
+    }
+}
+
+size_t workspace_bytes(const Problem&) { return 0; }
+
+std::string limits(const Problem& p) {
+  if (p.Nq >= (int64_t(1) << 30) || p.Nk >= (int64_t(1) << 30))
+    return std::string(kStep) + " keeps row and key indices in 32 bits: Nq = " + std::to_string(p.Nq) +
+           " and Nk = " + std::to_string(p.Nk) + " must both be below 2^30";
+  const int64_t blocks = ceil_div<int64_t>(p.Nq, B_r) * p.B * p.H;
+  if (blocks > INT_MAX)
+    return std::string(kStep) + " launches one thread block per (Q block of " + std::to_string(B_r) +
+           " rows, batch, head): " + std::to_string(blocks) + " blocks exceed the grid limit 2^31 − 1";
+  return "";
+}
+
+template <class T, int d>
+void launch(const Problem& p, const ForwardArgs& a) {
+  constexpr int B_c = Tiles<d>::B_c, kThreads = Tiles<d>::kThreads;
+  const int64_t T_r = ceil_div<int64_t>(p.Nq, B_r);
+  const size_t smem = size_t(B_r + 4 * B_c) * d * sizeof(T);  // Q_i, 2 × K_j, 2 × V_j
+  auto kernel = attention_kernel<T, d>;
+  if (smem > 48 * 1024)
+    FL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  kernel<<<dim3(unsigned(T_r * p.B * p.H)), dim3(kThreads), smem, static_cast<cudaStream_t>(a.stream)>>>(
+      static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
+      static_cast<T*>(a.o), a.lse, p.H, p.H_kv, int(p.Nq), int(p.Nk), T_r, float(p.softmax_scale()),
+      p.causal);
+  FL_CUDA(cudaGetLastError());
+}
+
+void forward(const Problem& p, const ForwardArgs& a) {
+  const std::string why = limits(p);
+  if (!why.empty()) throw Error(why);
+  dispatch_dtype(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float>) {
+      throw Error(std::string(kStep) + " needs fp16 or bf16 (16-bit tensor-core operands), not fp32");
+    } else {
+      switch (p.d) {
+        case 32: return launch<T, 32>(p, a);
+        case 64: return launch<T, 64>(p, a);
+        case 96: return launch<T, 96>(p, a);
+        case 128: return launch<T, 128>(p, a);
+        case 256: return launch<T, 256>(p, a);
+        default:
+          throw Error(std::string(kStep) + " does not support head dim d = " + std::to_string(p.d) +
+                      "; it supports d in {32, 64, 96, 128, 256}");
+      }
+    }
+  });
+}
+
+extern const StepImpl impl = {workspace_bytes, forward, limits, nullptr, nullptr};
+
+}  // namespace fl::s08d
