@@ -18,6 +18,8 @@ FL_GPU_STEP(s08a)
 FL_GPU_STEP(s08b)
 FL_GPU_STEP(s08c)
 FL_GPU_STEP(s08d)
+FL_GPU_STEP(s08e)
+FL_GPU_STEP(s08f)
 FL_GPU_STEP(s09)
 #define FL_GPU(x) (&(x))
 
@@ -67,6 +69,12 @@ const std::vector<Step>& ladder() {
       {"08d", "08d_exp2_tuned",
        "softmax in the exp2 domain with the scale folded in, tile shapes tuned per head dim",
        Where::gpu, false, kGpuTypes, kFa2D, FL_GPU(s08d::impl)},
+      {"08e", "08e_wgmma",
+       "Hopper's warpgroup MMA (wgmma m64nNk16): the tensor cores read K_j, V_j straight from swizzled shared memory",
+       Where::gpu, false, kGpuTypes, kFa2D, FL_GPU(s08e::impl)},
+      {"08f", "08f_wgmma_overlap",
+       "wgmma is asynchronous: the softmax of one m-tile runs while the tensor cores multiply the other",
+       Where::gpu, false, kGpuTypes, kFa2D, FL_GPU(s08f::impl)},
       {"09", "09_backward",
        "FA2 Algorithm 2: D = rowsum(dO∘O); one block per K_j/V_j keeps dK_j, dV_j on chip; dQ by atomicAdd in fp32",
        Where::gpu, true, kGpuTypes, kBwdD, FL_GPU(s09::impl)},

@@ -59,6 +59,10 @@ void long_double_forward(const Inputs& in, std::vector<long double>& O, std::vec
 }
 
 struct Shape { int64_t Nq, Nk; bool causal; int64_t H, H_kv; };
+// Printed in test names (gtest would otherwise dump the struct's bytes, padding included).
+void PrintTo(const Shape& s, std::ostream* os) {
+  *os << "Nq" << s.Nq << "_Nk" << s.Nk << (s.causal ? "_causal" : "_full") << "_H" << s.H << "_Hkv" << s.H_kv;
+}
 class OracleShapes : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(OracleShapes, ForwardMatchesLongDoubleLoop) {

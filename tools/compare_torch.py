@@ -106,6 +106,26 @@ def flops(B, H, N, d, causal, bwd):
     return 2.5 * f if bwd else f
 
 
+def grad_check(ours, q, k, v, do, causal, dt):
+    """Max error of our dQ, dK, dV against autograd through math-fp64, and the tolerance of each:
+    2x the error of autograd through math at the storage type + floor. Returns the largest fraction."""
+    def grads(x_dtype):
+        qq, kk, vv = (t.detach().to(x_dtype).requires_grad_(True) for t in (q, k, v))
+        with sdpa_kernel(SDPBackend.MATH):
+            out = F.scaled_dot_product_attention(qq, kk, vv, is_causal=causal)
+        return torch.autograd.grad(out, (qq, kk, vv), do.to(x_dtype))
+    ref, base = grads(torch.float64), grads(q.dtype)
+    u = 2.0 ** -11 if dt == "fp16" else 2.0 ** -8
+    used = 0.0
+    for o, r, b in zip(ours, ref, base):
+        if not torch.isfinite(o).all():
+            return float("inf")
+        err = (o.double() - r).abs().max().item()
+        tol = 2 * (b.double() - r).abs().max().item() + u * max(1.0, r.abs().max().item())
+        used = max(used, err / tol)
+    return used
+
+
 def tolerance_check(ours_o, q, k, v, causal, dt):
     """Max error of ours against math-fp64, and 2x the math-at-storage-type baseline error + floor."""
     with sdpa_kernel(SDPBackend.MATH):
@@ -123,7 +143,9 @@ def tolerance_check(ours_o, q, k, v, causal, dt):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
-    ap.add_argument("--fwd-step", default="08d_exp2_tuned", help="our forward step to compare (default: the last step-08)")
+    ap.add_argument("--fwd-step", default="08d_exp2_tuned,08f_wgmma_overlap",
+                    help="our forward steps to compare, comma-separated (default: 08d, the last mma.sync step, "
+                         "and 08f, the last step-08); the ratio column is the last one's")
     ap.add_argument("--bwd-step", default="09_backward", help="our backward step to compare ('' to skip)")
     ap.add_argument("--json", default="", help="append JSON records here")
     ap.add_argument("--reps", type=int, default=30)
@@ -139,7 +161,7 @@ def main():
     commit = os.environ.get("FLASHLADDER_COMMIT") or subprocess.run(
         ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
     env = {"device": props.name, "sm_count": props.multi_processor_count, "cuda": torch.version.cuda,
-           "driver": "", "commit": commit, "date": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "driver": "", "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "torch": torch.__version__}
     try:
         env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
@@ -167,30 +189,37 @@ def main():
                 points.append((16384 // N, 2048 // d, N, d, causal, "fp16"))
     points.append((4, 16, 4096, 128, False, "bf16"))  # the headline in bf16 too
 
+    fwd_steps = [x for x in args.fwd_step.split(",") if x]
+    failures = []
     rows = []
     for (B, H, N, d, causal, dt) in points:
         set_bytes = 4 * B * H * N * d * 2
         nsets = max(1, min(16, (2 * l2) // set_bytes + 1))
         sets = make_sets(B, H, N, d, dt, nsets, grad=bool(args.bwd_step))
         row = {"B": B, "H": H, "N": N, "d": d, "causal": causal, "dtype": dt}
-        # ours, forward
-        ours = Ours(lib, args.fwd_step, B, H, N, d, causal, dt)
+        # ours, forward: each step of --fwd-step on the same inputs
         for s in sets:
             s["o"] = torch.empty_like(s["q"], requires_grad=False)
             s["lse"] = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
-        fwd = lambda s: ours.forward(s["q"], s["k"], s["v"], s["o"], s["lse"])
         poison = lambda s: (s["o"].fill_(float("nan")), s["lse"].fill_(float("nan")))
-        tol_used = None
-        if N <= args.check_max_n:
-            s = sets[0]
-            poison(s)
-            fwd(s)
-            torch.cuda.synchronize()
-            err, tol = tolerance_check(s["o"], s["q"].detach(), s["k"].detach(), s["v"].detach(), causal, dt)
-            tol_used = err / tol
-            row["check"] = "pass" if err <= tol else "FAIL"
-        t = time_launches(fwd, sets, args.warmup, args.reps, before=poison)
-        row["ours"] = emit(args.fwd_step, "fwd", B, H, N, d, causal, dt, t, tol_used)["tflops"]
+        for step in fwd_steps:
+            ours = Ours(lib, step, B, H, N, d, causal, dt)
+            fwd = lambda s, ours=ours: ours.forward(s["q"], s["k"], s["v"], s["o"], s["lse"])
+            tol_used = None
+            if N <= args.check_max_n:
+                s = sets[0]
+                poison(s)
+                fwd(s)
+                torch.cuda.synchronize()
+                err, tol = tolerance_check(s["o"], s["q"].detach(), s["k"].detach(), s["v"].detach(), causal, dt)
+                tol_used = err / tol
+                row.setdefault("check", "pass")
+                if not err <= tol:
+                    row["check"] = "FAIL"
+                    failures.append(f"{step} forward N={N} d={d} causal={causal} {dt}: error {err:.3g} > tolerance {tol:.3g}")
+            t = time_launches(fwd, sets, args.warmup, args.reps, before=poison)
+            row[step] = emit(step, "fwd", B, H, N, d, causal, dt, t, tol_used)["tflops"]
+        row["ours"] = row[fwd_steps[-1]]
         # torch backends, forward
         for name, backend in (("torch_flash", SDPBackend.FLASH_ATTENTION), ("torch_cudnn", SDPBackend.CUDNN_ATTENTION)):
             try:
@@ -211,8 +240,21 @@ def main():
                     ob.forward(s["q"], s["k"], s["v"], s["o9"], s["lse"])
                     s["dq"], s["dk"], s["dv"] = (torch.empty_like(s["o"]) for _ in range(3))
                 bwd = lambda s: ob.backward(s["q"], s["k"], s["v"], s["o9"], s["lse"], s["do"], s["dq"], s["dk"], s["dv"])
-                t = time_launches(bwd, sets, args.warmup, args.reps)
-                row["ours_bwd"] = emit(args.bwd_step, "bwd", B, H, N, d, causal, dt, t, None)["tflops"]
+                bwd_used = None
+                if N <= args.check_max_n:  # dQ, dK, dV against autograd through math in fp64
+                    s = sets[0]
+                    for x in ("dq", "dk", "dv"):
+                        s[x].fill_(float("nan"))
+                    bwd(s)
+                    torch.cuda.synchronize()
+                    bwd_used = grad_check((s["dq"], s["dk"], s["dv"]), s["q"], s["k"], s["v"], s["do"], causal, dt)
+                    row["bwd_check"] = "pass" if bwd_used <= 1 else "FAIL"
+                    if not bwd_used <= 1:
+                        failures.append(f"{args.bwd_step} backward N={N} d={d} causal={causal} {dt}: "
+                                        f"{bwd_used:.2f} of the tolerance")
+                poison_g = lambda s: [s[x].fill_(float("nan")) for x in ("dq", "dk", "dv")]
+                t = time_launches(bwd, sets, args.warmup, args.reps, before=poison_g)
+                row["ours_bwd"] = emit(args.bwd_step, "bwd", B, H, N, d, causal, dt, t, bwd_used)["tflops"]
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                     for s in sets:
                         s["out_t"] = F.scaled_dot_product_attention(s["q"], s["k"], s["v"], is_causal=causal)
@@ -224,14 +266,18 @@ def main():
         rows.append(row)
         del sets
         torch.cuda.empty_cache()
-        print(f"d={d:3d} {'causal' if causal else 'full  '} {dt} N={N:5d}: ours {row['ours']:6.1f}  flash "
+        others = "".join(f"{st[:3]} {row[st]:6.1f}  " for st in fwd_steps[:-1])
+        print(f"d={d:3d} {'causal' if causal else 'full  '} {dt} N={N:5d}: {others}{fwd_steps[-1][:3]} {row['ours']:6.1f}  flash "
               f"{row.get('torch_flash', float('nan')):6.1f}  cudnn {row.get('torch_cudnn', float('nan')):6.1f}  "
               f"ours/flash {row['ours'] / row.get('torch_flash', float('nan')):5.2f}  check {row.get('check', '-')}"
               + (f"  | bwd ours {row.get('ours_bwd', float('nan')):6.1f} flash {row.get('torch_flash_bwd', float('nan')):6.1f}"
                  f" ratio {row.get('ours_bwd', float('nan')) / row.get('torch_flash_bwd', float('nan')):5.2f}"
-                 if args.bwd_step else ""), flush=True)
+                 + f" check {row.get('bwd_check', '-')}" if args.bwd_step else ""), flush=True)
     if out:
         out.close()
+    if failures:
+        print("compare_torch.py: checks FAILED:\n  " + "\n  ".join(failures))
+        sys.exit(1)
 
 
 if __name__ == "__main__":

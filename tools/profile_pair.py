@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""flashladder — tools/profile_pair.py: one launch each of our forward/backward and of PyTorch's
+FlashAttention-2 (SDPA pinned to FLASH_ATTENTION) on the same inputs, for Nsight Compute to profile side
+by side. Run it under ncu (tools/device-run's `profile` stage does):
+
+  ncu --clock-control none -k regex:'attention_kernel|backward_kernel|flash_fwd|flash_bwd' \
+      python3 tools/profile_pair.py --lib build-gpu/libflashladder_capi.so
+
+Each side runs twice (the first launch loads modules; ncu's --launch-skip can drop it). Nothing is timed
+here: the benchmark and tools/compare_torch.py time; this only gives the profiler the same work.
+"""
+import argparse
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from compare_torch import DTYPES, Ours, load  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
+    ap.add_argument("--fwd-step", default="08f_wgmma_overlap", help="our forward step ('' to skip)")
+    ap.add_argument("--bwd-step", default="09_backward", help="our backward step ('' to skip)")
+    ap.add_argument("-B", type=int, default=4)
+    ap.add_argument("-H", type=int, default=16)
+    ap.add_argument("-N", type=int, default=4096)
+    ap.add_argument("-d", type=int, default=128)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--dtype", default="fp16", choices=sorted(DTYPES))
+    ap.add_argument("--times", type=int, default=2, help="launches of each side")
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("profile_pair.py: needs a CUDA device")
+    lib = load(a.lib)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q, k, v, do = (torch.randn(a.B, a.H, a.N, a.d, device="cuda", generator=g).add_(0.5).to(DTYPES[a.dtype][0])
+                   for _ in range(4))
+    o = torch.empty_like(q)
+    lse = torch.empty(a.B, a.H, a.N, device="cuda", dtype=torch.float32)
+    for _ in range(a.times):
+        if a.fwd_step:
+            Ours(lib, a.fwd_step, a.B, a.H, a.N, a.d, a.causal, a.dtype).forward(q, k, v, o, lse)
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION), torch.no_grad():
+            F.scaled_dot_product_attention(q, k, v, is_causal=a.causal)
+    if a.bwd_step:
+        ob = Ours(lib, a.bwd_step, a.B, a.H, a.N, a.d, a.causal, a.dtype)
+        ob.forward(q, k, v, o, lse)
+        dq, dk, dv = (torch.empty_like(q) for _ in range(3))
+        qg, kg, vg = (x.detach().requires_grad_(True) for x in (q, k, v))
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=a.causal)
+        for _ in range(a.times):
+            ob.backward(q, k, v, o, lse, do, dq, dk, dv)
+            torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+    torch.cuda.synchronize()
+    print("profile_pair: done")
+
+
+if __name__ == "__main__":
+    main()
