@@ -20,6 +20,7 @@ FL_GPU_STEP(s08c)
 FL_GPU_STEP(s08d)
 FL_GPU_STEP(s08e)
 FL_GPU_STEP(s08f)
+FL_GPU_STEP(s08g)
 FL_GPU_STEP(s09)
 #define FL_GPU(x) (&(x))
 
@@ -75,6 +76,9 @@ const std::vector<Step>& ladder() {
       {"08f", "08f_wgmma_overlap",
        "wgmma is asynchronous: the softmax of one m-tile runs while the tensor cores multiply the other",
        Where::gpu, false, kGpuTypes, kFa2D, FL_GPU(s08f::impl)},
+      {"08g", "08g_smem_epilogue",
+       "O_i leaves through shared memory: whole rows in 16-byte stores instead of 4-byte fragments",
+       Where::gpu, false, kGpuTypes, kFa2D, FL_GPU(s08g::impl)},
       {"09", "09_backward",
        "FA2 Algorithm 2: D = rowsum(dO∘O); one block per K_j/V_j keeps dK_j, dV_j on chip; dQ by atomicAdd in fp32",
        Where::gpu, true, kGpuTypes, kBwdD, FL_GPU(s09::impl)},

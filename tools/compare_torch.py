@@ -143,9 +143,9 @@ def tolerance_check(ours_o, q, k, v, causal, dt):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
-    ap.add_argument("--fwd-step", default="08d_exp2_tuned,08f_wgmma_overlap",
+    ap.add_argument("--fwd-step", default="08d_exp2_tuned,08g_smem_epilogue",
                     help="our forward steps to compare, comma-separated (default: 08d, the last mma.sync step, "
-                         "and 08f, the last step-08); the ratio column is the last one's")
+                         "and 08g, the last step-08); the ratio column is the last one's")
     ap.add_argument("--bwd-step", default="09_backward", help="our backward step to compare ('' to skip)")
     ap.add_argument("--json", default="", help="append JSON records here")
     ap.add_argument("--reps", type=int, default=30)

@@ -23,7 +23,7 @@ from compare_torch import DTYPES, Ours, load  # noqa: E402
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
-    ap.add_argument("--fwd-step", default="08f_wgmma_overlap", help="our forward step ('' to skip)")
+    ap.add_argument("--fwd-step", default="08g_smem_epilogue", help="our forward step ('' to skip)")
     ap.add_argument("--bwd-step", default="09_backward", help="our backward step ('' to skip)")
     ap.add_argument("-B", type=int, default=4)
     ap.add_argument("-H", type=int, default=16)

@@ -11,13 +11,22 @@
 //   wait for m-tile 0's S   → softmax of m-tile 0  (while the tensor cores compute m-tile 1's S)
 //   issue O += P̃ V_j for m-tile 0, commit
 //   wait for m-tile 1's S   → softmax of m-tile 1  (while the tensor cores compute m-tile 0's O)
-//   issue O += P̃ V_j for m-tile 1, commit   (it runs on into the next iteration's barrier and S)
+//   issue O += P̃ V_j for m-tile 1, commit;  wait for everything
 //
 // Groups complete in order, so "wait for m-tile mt's S" is always wait_group(M_t − 1): after S(mt)
-// come M_t − 1 − mt products S and mt products O, and every product of the previous K_j, V_j is done.
-// The copies of K_{j+1}, V_{j+1} move from before the products to after the first wait, since the
-// previous iteration's last O product may still be reading the buffer they overwrite.
-// At d = 256 (M_t = 1) only that last product overlaps (the barrier and the next S_ij's issue).
+// come M_t − 1 − mt products S and mt products O. Only the first S and the last O run alone.
+// At d = 256 (M_t = 1) there is nothing to overlap inside a warpgroup.
+//
+// The overlap costs registers: m-tile 1's S_ij is in flight while m-tile 0's is exponentiated and
+// packed. So B_c = 64 at every d (08e: 128 for d <= 64), and with that a thread block at d <= 64 needs
+// few enough registers (<= 168, __launch_bounds__ below) for 3 blocks per SM instead of 2, which is
+// most of what this step gains at d = 64 (measured: docs/results, README).
+//
+// What did not work: deferring the last m-tile's O product into the next iteration (FlashAttention-3
+// rotates its loop that way, so that product overlaps the next softmax too). ptxas serializes every
+// wgmma of the kernel when a product is still in flight at the loop's back edge, or sits in a branch
+// (warnings C7514, C7515); rotated so that neither happens, the copy of V_{j+1} has to wait for that
+// product, and at d = 128 the step got 4–8% slower (H200, docs/results/2026-11-22-h200-*).
 #include <climits>
 #include <cmath>
 #include <string>
@@ -39,7 +48,8 @@ template <int d>
 struct Tiles {
   static constexpr int M_t = d <= 128 ? 2 : 1;
   static constexpr int B_r = 64 * M_t;
-  static constexpr int B_c = d <= 32 ? 128 : 64;  // 64 from d = 64 on: the deferred P̃ needs registers
+  static constexpr int B_c = 64;                    // every d (see the header)
+  static constexpr int kBlocksPerSM = d <= 64 ? 3 : 1;  // asked of the compiler: <= 168 registers at d <= 64
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int P = d % 64 == 0 ? 64 : 32;
@@ -84,7 +94,7 @@ __device__ __forceinline__ void load_tile(T* tile, const T* block, int rows_left
 // wgmma m64nNk16 is, per warp, the mma.m16n8 layout of 08d (common/wgmma.cuh). Row and key indices
 // are 32-bit (limits() keeps Nq, Nk below 2^30); offsets into the tensors are 64-bit.
 template <class T, int d>
-__global__ void __launch_bounds__(Tiles<d>::kThreads)
+__global__ void __launch_bounds__(Tiles<d>::kThreads, Tiles<d>::kBlocksPerSM)
 attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                  T* __restrict__ O, float* __restrict__ L, int64_t H, int64_t H_kv, int Nq, int Nk,
                  int64_t T_r, float scale, bool causal) {
@@ -147,33 +157,26 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   }
   mma::cp_async_commit();
 
-  // P̃_ij of the last m-tile, multiplied into O_i at the start of the next iteration (see the header).
-  // The first iteration multiplies P̃ = 0 by a V buffer of zeros (V_{−1} := 0): it adds exactly 0, and
-  // the product is issued unconditionally, because ptxas serializes every wgmma of a loop in which
-  // one of them sits in a branch.
-  uint32_t a_last[B_c / 16][4];  // B_c/16 × [16][16] fragments, the A layout of wgmma
-#pragma unroll
-  for (int k = 0; k < B_c / 16; ++k)
-#pragma unroll
-    for (int q = 0; q < 4; ++q) a_last[k][q] = 0;
-  for (int c = threadIdx.x; c < B_c * d / 8; c += Tiles<d>::kThreads)  // V buffer 1, 16 bytes at a time
-    reinterpret_cast<uint4*>(V_buf + B_c * d)[c] = make_uint4(0, 0, 0, 0);
-
   // ---- Main loop (lines 6–11), once per K_j, V_j. Line 7: K_j, V_j → shared memory, issued early.
   for (int j = 0; j < T_c; ++j) {
     const int j0 = j * B_c;   // first key of K_j
     mma::cp_async_wait<0>();  // this thread's copies of K_j, V_j (and, at j = 0, Q_i) have landed
     wgmma::fence_proxy_async();  // ... and are visible to the tensor cores, which read them directly
-    __syncthreads();          // everyone's have
-    const T* K_s = K_buf + j % 2 * B_c * d;        // K_j: d/P panels [B_c][P] in shared memory
-    const T* V_s = V_buf + j % 2 * B_c * d;        // V_j: d/P panels [B_c][P] in shared memory
-    const T* V_prev = V_buf + (j + 1) % 2 * B_c * d;  // V_{j−1} (zeros at j = 0), for the deferred product
+    __syncthreads();          // everyone's have; every warp is done reading K_{j−1}, V_{j−1}
+    if (j + 1 < T_c) {        // K_{j+1}, V_{j+1} into the other buffers, in flight during the math below
+      const int j1 = j0 + B_c;  // first key of K_{j+1}
+      load_tile<T, d, B_c>(K_buf + (j + 1) % 2 * B_c * d, K_g + int64_t(j1) * d, Nk - j1);
+      load_tile<T, d, B_c>(V_buf + (j + 1) % 2 * B_c * d, V_g + int64_t(j1) * d, Nk - j1);
+      mma::cp_async_commit();
+    }
+    const T* K_s = K_buf + j % 2 * B_c * d;  // K_j: d/P panels [B_c][P] in shared memory
+    const T* V_s = V_buf + j % 2 * B_c * d;  // V_j: d/P panels [B_c][P] in shared memory
 
     // Line 8: S_ij = Q_i K_jᵀ, unscaled, the warp's [M_t × 16][B_c] in registers: M_t × B_c/8 tiles.
     // Per m-tile, d/16 wgmma m64n{B_c}k16: A = rows 64mt.. of Q_i, B = K_j, k-step kk reading the 16
     // columns 16kk.. (panel 16kk / P, 32 bytes further into the row for each 16 columns).
     float S_ij[M_t][B_c / 8][4];  // S_ij[mt][n][2r + e] = S[64mt + 16w + g + 8r][8n + 2t + e]
-    wgmma::fence();  // S_ij's registers were last read when the previous iteration made P̃_ij
+    wgmma::fence();  // S_ij's registers were last read by the previous iteration's P̃_ij
 #pragma unroll
     for (int mt = 0; mt < M_t; ++mt) {  // one group per m-tile, so each can be waited for alone
 #pragma unroll
@@ -183,34 +186,15 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
                               wgmma::desc<P>(K_s + 16 * kk / P * B_c * P + 16 * kk % P, 16), kk > 0);
       wgmma::commit();
     }
-    // The deferred line 10 of K_{j−1}: O_i += P̃ V_{j−1} for the last m-tile (0 · 0 at j = 0).
-#pragma unroll
-      for (int k = 0; k < B_c / 16; ++k)
-#pragma unroll
-        for (int p = 0; p < d / P; ++p)
-          wgmma::mma_rs<T, P>(reinterpret_cast<float(&)[P / 2]>(O_i[M_t - 1][p * P / 8]), a_last[k],
-                              wgmma::desc<P>(V_prev + p * B_c * P + 16 * k * P, B_c * P * sizeof(T)));
-    wgmma::commit();
-    if (j + 1 < T_c)  // K_{j+1} into the other K buffer: K_{j−1} there was read by S_i(j−1), long done
-      load_tile<T, d, B_c>(K_buf + (j + 1) % 2 * B_c * d, K_g + int64_t(j0 + B_c) * d, Nk - j0 - B_c);
 
     // No pass scaling S_ij by τ: the scale is folded into the exponent below.
 
-    // From here on, one m-tile at a time: its softmax runs while the tensor cores work on the rest.
-    // The groups, in order: S(0) … S(M_t − 1), the deferred O(M_t − 1), then O(0) … as issued below.
-    // Before m-tile mt's softmax, S(mt) must be done, and before the last m-tile's, the deferred O
-    // too (its rescale touches that O): M_t groups may still run, or M_t − 1 for the last m-tile.
+    // From here on, one m-tile at a time: its softmax runs while the tensor cores work on the other.
 #pragma unroll
     for (int mt = 0; mt < M_t; ++mt) {
-      if (mt < M_t - 1)
-        wgmma::wait<M_t>();
-      else
-        wgmma::wait<M_t - 1>();
+      wgmma::wait<M_t - 1>();  // S_ij of m-tile mt is complete (M_t − 1 later groups may still run)
       wgmma::pin(reinterpret_cast<float(&)[B_c / 2]>(S_ij[mt]));
-      wgmma::pin(reinterpret_cast<float(&)[d / 2]>(O_i[mt]));
-      if (mt == M_t - 1 && j + 1 < T_c)  // V_{j+1} into the other V buffer, now that V_{j−1} is read
-        load_tile<T, d, B_c>(V_buf + (j + 1) % 2 * B_c * d, V_g + int64_t(j0 + B_c) * d, Nk - j0 - B_c);
-      mma::cp_async_commit();
+
       // Mask only blocks that need it: the partial last block (keys past Nk) and, when causal, the
       // blocks the diagonal crosses (some key past the first row's last visible key, i0 + diag).
       if (j0 + B_c > Nk || (causal && j0 + B_c - 1 > i0 + diag)) {
@@ -268,7 +252,6 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
       // A = P̃_ij[16 rows][16 keys at 16k] from the accumulators of n-tiles 2k and 2k + 1, rounded to T:
       // a0 = P̃[g][16k + 2t..]     = S_ij[2k][0, 1]      a1 = P̃[g+8][16k + 2t..]     = S_ij[2k][2, 3]
       // a2 = P̃[g][16k + 8 + 2t..] = S_ij[2k+1][0, 1]    a3 = P̃[g+8][16k + 8 + 2t..] = S_ij[2k+1][2, 3]
-      // The last m-tile's fragments wait in a_last for the next iteration (or the loop's end).
       uint32_t a[B_c / 16][4];  // P̃_ij fragments of m-tile mt: B_c/16 × [16][16]
 #pragma unroll
       for (int k = 0; k < B_c / 16; ++k) {
@@ -277,38 +260,18 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
         a[k][2] = mma::pack2<T>(S_ij[mt][2 * k + 1][0], S_ij[mt][2 * k + 1][1]);
         a[k][3] = mma::pack2<T>(S_ij[mt][2 * k + 1][2], S_ij[mt][2 * k + 1][3]);
       }
-      if (mt == M_t - 1) {
+      wgmma::fence();  // the rescaled O_i and the new P̃_ij are written before the tensor cores read them
 #pragma unroll
-        for (int k = 0; k < B_c / 16; ++k)
+      for (int k = 0; k < B_c / 16; ++k)
 #pragma unroll
-          for (int q = 0; q < 4; ++q) a_last[k][q] = a[k][q];
-      } else {
-        wgmma::fence();  // the rescaled O_i and the new P̃_ij are written before the tensor cores read them
-#pragma unroll
-        for (int k = 0; k < B_c / 16; ++k)
-#pragma unroll
-          for (int p = 0; p < d / P; ++p)  // V_j rows 16k.. of panel p: 16 rows of 2P bytes further on
-            wgmma::mma_rs<T, P>(reinterpret_cast<float(&)[P / 2]>(O_i[mt][p * P / 8]), a[k],
-                                wgmma::desc<P>(V_s + p * B_c * P + 16 * k * P, B_c * P * sizeof(T)));
-        wgmma::commit();  // runs while the next m-tile's softmax does
-      }
+        for (int p = 0; p < d / P; ++p)  // V_j rows 16k.. of panel p: 16 rows of 2P bytes further on
+          wgmma::mma_rs<T, P>(reinterpret_cast<float(&)[P / 2]>(O_i[mt][p * P / 8]), a[k],
+                              wgmma::desc<P>(V_s + p * B_c * P + 16 * k * P, B_c * P * sizeof(T)));
+      wgmma::commit();  // runs while the next m-tile's softmax does
     }
-    wgmma::wait<0>();  // nothing crosses the loop's back edge (ptxas serializes wgmma if anything does)
+    wgmma::wait<0>();  // every O_i product is complete before the next rescale and the next S_ij
 #pragma unroll
     for (int mt = 0; mt < M_t; ++mt) wgmma::pin(reinterpret_cast<float(&)[d / 2]>(O_i[mt]));
-  }
-  if (T_c > 0) {  // the deferred product of the last K_j, V_j
-    const T* V_s = V_buf + (T_c - 1) % 2 * B_c * d;
-    wgmma::fence();
-#pragma unroll
-    for (int k = 0; k < B_c / 16; ++k)
-#pragma unroll
-      for (int p = 0; p < d / P; ++p)
-        wgmma::mma_rs<T, P>(reinterpret_cast<float(&)[P / 2]>(O_i[M_t - 1][p * P / 8]), a_last[k],
-                            wgmma::desc<P>(V_s + p * B_c * P + 16 * k * P, B_c * P * sizeof(T)));
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::pin(reinterpret_cast<float(&)[d / 2]>(O_i[M_t - 1]));
   }
 
   mma::cp_async_wait<0>();  // no copy outlives the loop (with T_c = 0, Q_i's were never waited for)
