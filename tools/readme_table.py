@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """flashladder — tools/readme_table.py: the ladder table of README.md, written from docs/results/*.jsonl.
 
-    tools/readme_table.py           rewrite the block between the markers in README.md
-    tools/readme_table.py --check   exit 1 (and show the difference) when README.md and the results disagree
+    tools/readme_table.py           rewrite the block between the markers in README.md (and in every
+                                    steps/*/README.md that has the step-measured markers)
+    tools/readme_table.py --check   exit 1 (and show the difference) when a README and the results disagree
     tools/readme_table.py --print   print the block, change nothing
 
 The block sits between `<!-- ladder-table:begin -->` and `<!-- ladder-table:end -->`; everything else in
@@ -113,6 +114,67 @@ def block(root: str) -> str:
     return "\n".join(lines)
 
 
+STEP_BEGIN = "<!-- step-measured:begin -->"
+STEP_END = "<!-- step-measured:end -->"
+
+
+def step_block(root: str, step, prev, view, bwd_view) -> str:
+    """The measured effect of one step at the headline problem, for its README: its time, the step
+    before it, and PyTorch's FlashAttention-2 on the same GPU (the records the README table shows)."""
+    lines = [STEP_BEGIN, "<!-- Written by tools/readme_table.py from docs/results/*.jsonl; edit those, not this block. -->"]
+    rows = view.cpu_rows if step.where == "cpu" else view.rows
+    rec = rows.get(step.folder)
+    if rec is None:
+        lines.append(f"Headline problem ({flr.problem_text()}): {NOT_YET}.")
+        lines.append(STEP_END)
+        return "\n".join(lines)
+    where = f"{rec.get('device')}" + (f" ({rec.get('sm_count')} SMs)" if rec.get("sm_count") else "")
+    text = (f"On {where}, headline problem ({flr.problem_text()}): {fmt_ms(rec['median_ms'])} ms, "
+            f"{fmt_tflops(rec['tflops'])} TFLOP/s, error {error_cell(rec)} of the tolerance")
+    before = (view.cpu_rows if prev is not None and prev.where == "cpu" else view.rows).get(prev.folder) if prev else None
+    if before is not None and before.get("device") == rec.get("device"):
+        text += f"; {before['median_ms'] / rec['median_ms']:.2f}× the speed of {prev.folder}"
+    ref = view.rows.get("torch_flash") if step.where == "gpu" else None
+    if ref is not None:
+        text += f"; {100 * ref['median_ms'] / rec['median_ms']:.0f}% of PyTorch's FlashAttention-2 (torch_flash) in the same run"
+    text += "."
+    lines.append(text)
+    if step.backward:
+        brec = bwd_view.rows.get(step.folder) if bwd_view.device == view.device else None
+        bref = bwd_view.rows.get("torch_flash") if brec else None
+        if brec:
+            lines.append("")
+            lines.append(f"Backward pass, same problem: {fmt_ms(brec['median_ms'])} ms, {fmt_tflops(brec['tflops'])} "
+                         f"TFLOP/s (FLOPs 2.5× the forward's), error {error_cell(brec)} of the tolerance"
+                         + (f"; {100 * bref['median_ms'] / brec['median_ms']:.0f}% of torch_flash's backward." if bref else "."))
+    lines.append("")
+    lines.append(f"Commit {rec.get('commit')}, {rec.get('date')}, `{rec.get('_file')}`; "
+                 f"{flr.FLOP_CONVENTION}; medians of {rec.get('reps', 30)} launches.")
+    lines.append(STEP_END)
+    return "\n".join(lines)
+
+
+def step_readmes(root: str) -> dict:
+    """path -> (old text, new text) for every step README that carries the markers."""
+    steps = flr.parse_ladder(root)
+    records = flr.load_records(root)
+    view = flr.headline_view(steps, records)
+    bwd_view = flr.headline_view(steps, records, dict(flr.HEADLINE, **{"pass": "bwd"}))
+    out = {}
+    for k, s in enumerate(steps):
+        path = os.path.join(root, "steps", s.folder, "README.md")
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        b, e = text.find(STEP_BEGIN), text.find(STEP_END)
+        if b < 0 or e < b:
+            continue
+        new = text[:b] + step_block(root, s, steps[k - 1] if k else None, view, bwd_view) + text[e + len(STEP_END):]
+        out[path] = (text, new)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 when README.md disagrees with the results")
@@ -144,14 +206,29 @@ def main() -> int:
         print(f"readme_table: README.md lacks the markers {BEGIN} … {END} (in that order)", file=sys.stderr)
         return 1
     old = text[b:e + len(END)]
+    steps_md = step_readmes(a.root)
     if a.check:
-        if old == new:
-            print("readme_table: README.md's table agrees with docs/results")
-            return 0
-        sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
-                                                   "README.md (committed)", "README.md (from docs/results)"))
-        print("\nreadme_table: README.md's table disagrees with docs/results; run tools/readme_table.py")
-        return 1
+        bad = 0
+        if old != new:
+            sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
+                                                       "README.md (committed)", "README.md (from docs/results)"))
+            bad += 1
+        for path, (o, n) in steps_md.items():
+            if o != n:
+                rel = os.path.relpath(path, a.root)
+                sys.stdout.writelines(difflib.unified_diff(o.splitlines(True), n.splitlines(True),
+                                                           f"{rel} (committed)", f"{rel} (from docs/results)"))
+                bad += 1
+        if bad:
+            print("\nreadme_table: README.md or a step README disagrees with docs/results; run tools/readme_table.py")
+            return 1
+        print(f"readme_table: README.md's table and {len(steps_md)} step READMEs agree with docs/results")
+        return 0
+    for path, (o, n) in steps_md.items():
+        if o != n:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(n)
+            print(f"readme_table: {os.path.relpath(path, a.root)} measured block rewritten")
     if old != new:
         with open(readme, "w", encoding="utf-8") as f:
             f.write(text[:b] + new + text[e + len(END):])
