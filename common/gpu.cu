@@ -36,22 +36,34 @@ std::optional<DeviceInfo> gpu_device(std::string* why) {
 
 namespace {
 
+// Allocates b, and on failure says which buffer it was: the message then reads "step 05_fa2_lse
+// (forward): cudaMalloc of Q: cannot allocate N bytes of device memory (F free of T): out of memory"
+// (the step and the phase come from in_step below), so a request too large for the device names
+// the step, the call, the tensor and the bytes.
+void allocate(DeviceBuffer& b, size_t bytes, const char* what) {
+  try {
+    b.allocate(bytes);
+  } catch (const Error& e) {
+    throw Error(std::string("cudaMalloc of ") + what + ": " + e.what());
+  }
+}
+
 // One set of a problem's tensors on the device, in the storage type.
 struct DeviceSet {
   DeviceBuffer q, k, v, dO, o, lse, dq, dk, dv;
 
   explicit DeviceSet(const Problem& p, bool backward) {
     const size_t e = size_t(dtype_bytes(p.dtype));
-    q.allocate(e * p.q_elems());
-    k.allocate(e * p.kv_elems());
-    v.allocate(e * p.kv_elems());
-    o.allocate(e * p.q_elems());
-    lse.allocate(4 * size_t(p.lse_elems()));
+    allocate(q, e * p.q_elems(), "Q");
+    allocate(k, e * p.kv_elems(), "K");
+    allocate(v, e * p.kv_elems(), "V");
+    allocate(o, e * p.q_elems(), "O");
+    allocate(lse, 4 * size_t(p.lse_elems()), "L");
     if (backward) {
-      dO.allocate(e * p.q_elems());
-      dq.allocate(e * p.q_elems());
-      dk.allocate(e * p.kv_elems());
-      dv.allocate(e * p.kv_elems());
+      allocate(dO, e * p.q_elems(), "dO");
+      allocate(dq, e * p.q_elems(), "dQ");
+      allocate(dk, e * p.kv_elems(), "dK");
+      allocate(dv, e * p.kv_elems(), "dV");
     }
   }
 
@@ -99,7 +111,8 @@ Outputs run_step_gpu(const Step& s, const Inputs& in, bool backward) {
   return in_step(s, backward ? "backward" : "forward", [&] {
     DeviceSet d(p, backward);
     d.upload(in, backward);
-    DeviceBuffer ws(s.impl->workspace_bytes(p));
+    DeviceBuffer ws;
+    allocate(ws, s.impl->workspace_bytes(p), "the forward's workspace");
     d.o.poison();
     d.lse.poison();
     ws.poison();
@@ -110,7 +123,8 @@ Outputs run_step_gpu(const Step& s, const Inputs& in, bool backward) {
     out.o = download(d.o, p.dtype, p.q_elems());
     out.lse = download(d.lse, DType::f32, p.lse_elems());
     if (backward) {
-      DeviceBuffer bws(s.impl->backward_workspace_bytes(p));
+      DeviceBuffer bws;
+      allocate(bws, s.impl->backward_workspace_bytes(p), "the backward's workspace");
       d.dq.poison();
       d.dk.poison();
       d.dv.poison();
@@ -141,8 +155,9 @@ Stats time_step_gpu(const Step& s, const Problem& p, bool backward, const TimeOp
       d.emplace_back(p, backward);
       d.back().upload(make_inputs(p, opt.seed + uint64_t(i)), backward);
     }
-    DeviceBuffer ws(s.impl->workspace_bytes(p));
-    DeviceBuffer bws(backward ? s.impl->backward_workspace_bytes(p) : 0);
+    DeviceBuffer ws, bws;
+    allocate(ws, s.impl->workspace_bytes(p), "the forward's workspace");
+    allocate(bws, backward ? s.impl->backward_workspace_bytes(p) : 0, "the backward's workspace");
     if (backward)
       for (auto& x : d) {  // each set's own O and L, from this step's forward
         ws.poison();

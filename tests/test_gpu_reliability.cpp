@@ -1,12 +1,17 @@
 // flashladder — tests/test_gpu_reliability.cpp: properties every GPU step must have beyond matching
 // the oracle on the ragged matrix (issue 8): bitwise-deterministic forwards, exact zeros and +inf on
 // rows that see no key, the smallest problem, grids past 65535 blocks, clear errors on impossible
-// requests. Each test runs over every GPU step of the list.
+// requests (a head dim it lacks, more memory than the device has). Each of those runs over every GPU
+// step of the list. Then the backward's determinism (issue 5): dK, dV bitwise, dQ within the
+// reordering of its fp32 atomic sums. Numerics: test_gpu_numerics.cpp; sizes: test_gpu_large.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 
+#include "cases.hpp"  // PrintTo(const Step*): test names show the step, not an address
 #include "gpu_gate.hpp"
 #include "reference/verify.hpp"
 
@@ -91,6 +96,67 @@ TEST_P(GpuStep, ImpossibleRequestsAreRefusedWithTheReason) {
   }
 }
 
+// A request larger than the device's memory is an error that names the step and the bytes, never a
+// crash, for every GPU step, forward and backward. The problem is valid for every step's limits():
+// B·H = 4096 heads of Nq = 2^20 rows at d = 128 (Nk = 16 keeps step 03's tile grid under 2^31 blocks)
+// make Q alone 2^39 fp16 elements, 1 TiB. Step 03 refuses it in limits() (its S and P would need
+// 2^39 bytes); the others fail in cudaMalloc, which common/gpu.cu reports with the step, the phase,
+// the tensor and the bytes. The inputs are left empty: nothing is uploaded before the allocations
+// fail, and host vectors of 2^39 floats could not exist anyway.
+Problem too_large_for_any_device() {
+  Problem p;
+  p.B = 1; p.H = p.H_kv = 4096; p.Nq = int64_t(1) << 20; p.Nk = 16; p.d = 128; p.dtype = DType::f16;
+  return p;
+}
+
+TEST_P(GpuStep, ARequestLargerThanTheDeviceFailsNamingTheBytes) {
+  FL_NEED_GPU();
+  const Step& s = *GetParam();
+  Inputs in;
+  in.p = too_large_for_any_device();
+  const double q_bytes = 2.0 * double(in.p.q_elems());
+  std::string why;
+  const auto dev = gpu_device(&why);
+  ASSERT_TRUE(dev) << why;
+  if (double(dev->total_mem) >= q_bytes)
+    GTEST_SKIP() << "this device has " << dev->total_mem << " bytes; the test needs one smaller than " << q_bytes;
+  for (bool backward : {false, true}) {
+    if (backward && !s.has_backward()) continue;
+    try {
+      run_step(s, in, backward);
+      ADD_FAILURE() << s.folder << " ran a problem whose Q alone is " << q_bytes << " bytes";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("bytes"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("step " + s.number), std::string::npos) << "the message does not name the step: " << msg;
+      // The number of bytes itself: Q's (cudaMalloc) or step 03's S and P (its limits()).
+      EXPECT_TRUE(msg.find("1099511627776") != std::string::npos || msg.find("549755813888") != std::string::npos)
+          << msg;
+      std::cout << "  [" << s.folder << (backward ? " bwd" : " fwd") << "] " << msg << "\n";
+    }
+  }
+  // The device is still usable afterwards: an allocation failure must not poison the context.
+  Inputs small = make_inputs(shape(s, 17, 33, true), 35);
+  Verdict v = verify(small, run_step(s, small, s.has_backward()), expected_for(small, s.has_backward()), s.has_backward());
+  EXPECT_TRUE(v.pass) << s.folder << " fails a small problem after the refused one";
+}
+
+// The test above means something only if no step refuses that problem in limits() for a reason
+// other than memory (a grid or index limit would be refused before any cudaMalloc). Checked here
+// without a GPU for the steps whose limits() need no device; step 03's asks the device for its free
+// memory, so its grid limits are checked by the GPU test itself (its message must name the bytes).
+TEST(GpuMemory, TheTooLargeProblemPassesEveryStepsOtherLimits) {
+  const Problem p = too_large_for_any_device();
+  ASSERT_EQ(p.invalid_reason(), "");
+  int checked = 0;
+  for (const Step& s : ladder()) {
+    if (!s.gpu() || !s.impl || s.number == "03") continue;
+    EXPECT_EQ(s.refusal(p), "") << s.folder;
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no GPU step is in this build (no nvcc)";
+}
+
 INSTANTIATE_TEST_SUITE_P(Steps, GpuStep, ::testing::ValuesIn(gpu_steps()),
                          [](const ::testing::TestParamInfo<const Step*>& i) { return i.param->folder; });
 
@@ -102,6 +168,90 @@ TEST(GpuMemory, ARequestLargerThanTheDeviceNamesTheBytes) {
   const std::string why = s->refusal(p);  // S and P: 2·16·65536²·4 bytes = 512 GiB
   EXPECT_NE(why.find("bytes"), std::string::npos) << why;
   EXPECT_NE(why.find("549755813888"), std::string::npos) << why;
+}
+
+// ---- The backward's determinism (issue 5) -----------------------------------------------------
+//
+// Step 09 sums dQ_i over the K/V column blocks j with atomicAdd into an fp32 buffer, in whatever order
+// the blocks finish; everything else (D, every dK_j, dV_j, the forward) is computed by one block each
+// in a fixed order. So, over repeated runs on the same inputs:
+//   O, L, dK, dV      bitwise identical;
+//   dQ                equal up to the order of the fp32 sums. For n terms p_1..p_n added in any order,
+//                     |fl(sum) − sum| ≤ (n − 1)·u·Σ|p_b| (u = 2^-24, first order), so two orders differ
+//                     by at most 2(n − 1)·u·Σ|p_b|, and the final rounding to the storage type adds at
+//                     most one ulp of the result. The test bounds Σ|p_b| by A_ic = Σ_j |dS_ij|·|K_jc|
+//                     from the oracle (every product term in absolute value), with a factor 2 for the
+//                     step's own rounded dS, and checks, element by element,
+//                         |dQ_a − dQ_b| ≤ ulp_T(max(|dQ_a|, |dQ_b|)) + scale · 4(n − 1) · 2^-24 · A_ic,
+//                     n = the number of column blocks that add into a row (⌈Nk/128⌉, 128 keys a block).
+// And every run passes the tolerance rule.
+double ulp_of(DType t, double x) {
+  const int mant = t == DType::f16 ? 10 : t == DType::bf16 ? 7 : 23;
+  const int emin = t == DType::f16 ? -14 : -126;  // the smallest normal exponent: subnormals below
+  x = std::fabs(x);
+  const int e = x > 0 ? std::max(int(std::floor(std::log2(x))), emin) : emin;
+  return std::ldexp(1.0, e - mant);
+}
+
+TEST(BackwardDeterminism, DkDvBitwiseAndDqWithinTheOrderOfItsSums) {
+  FL_NEED_GPU();
+  const Step* s = find_step("09");
+  ASSERT_TRUE(s && s->has_backward());
+  Problem p;
+  p.B = 2; p.H = 6; p.H_kv = 2; p.Nq = 300; p.Nk = 1025; p.d = 64; p.causal = false; p.dtype = DType::f16;
+  const Inputs in = make_inputs(p, 36);
+  const Expected e = expected_for(in, true);
+  // A_ic = Σ_j |dS_ij| |K_jc| from the oracle's P (exact) and dP = dO Vᵀ, D.
+  const ref::Forward f = ref::forward(in, true);
+  std::vector<double> A(size_t(p.q_elems()), 0.0);
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h)
+      for (int64_t i = 0; i < p.Nq; ++i) {
+        const double D = e.bwd.D[size_t(p.lse_at(b, h, i))];
+        for (int64_t j = 0; j < p.Nk; ++j) {
+          const double P = f.p[size_t(((b * p.H + h) * p.Nq + i) * p.Nk + j)];
+          double dP = 0;
+          for (int64_t c = 0; c < p.d; ++c)
+            dP += double(in.dO[size_t(p.q_row(b, h, i) + c)]) * in.v[size_t(p.kv_row(b, p.kv_head(h), j) + c)];
+          const double dS = std::fabs(P * (dP - D));
+          for (int64_t c = 0; c < p.d; ++c)
+            A[size_t(p.q_row(b, h, i) + c)] += dS * std::fabs(in.k[size_t(p.kv_row(b, p.kv_head(h), j) + c)]);
+        }
+      }
+  const double n = double((p.Nk + 127) / 128), scale = p.softmax_scale();
+  const int kRuns = 5;
+  std::vector<Outputs> runs;
+  for (int r = 0; r < kRuns; ++r) {
+    runs.push_back(run_step(*s, in, true));
+    const Verdict v = verify(in, runs.back(), e, true);
+    for (const Check& c : v.checks) EXPECT_TRUE(c.pass) << "run " << r << ": " << c.summary();
+  }
+  int64_t differ = 0;
+  double worst = 0, max_dq = 0;  // the largest |dQ_a − dQ_b| as a fraction of its bound
+  for (int r = 1; r < kRuns; ++r) {
+    const Outputs &a = runs[0], &b = runs[size_t(r)];
+    EXPECT_TRUE(bitwise_equal(a.o, b.o)) << "O differs between run 0 and run " << r;
+    EXPECT_TRUE(bitwise_equal(a.lse, b.lse)) << "L differs between run 0 and run " << r;
+    EXPECT_TRUE(bitwise_equal(a.dk, b.dk)) << "dK differs between run 0 and run " << r;
+    EXPECT_TRUE(bitwise_equal(a.dv, b.dv)) << "dV differs between run 0 and run " << r;
+    ASSERT_EQ(a.dq.size(), b.dq.size());
+    for (size_t k = 0; k < a.dq.size(); ++k) {
+      const double x = a.dq[k], y = b.dq[k];
+      max_dq = std::max(max_dq, std::fabs(x));
+      const double bound = ulp_of(p.dtype, std::max(std::fabs(x), std::fabs(y))) +
+                           scale * 4 * (n - 1) * 0x1p-24 * A[k];
+      const double diff = std::fabs(x - y);
+      if (!(diff <= bound)) {  // NaN fails too
+        if (differ < 5)
+          ADD_FAILURE() << "dQ element " << k << ": run 0 " << x << ", run " << r << " " << y << ", bound " << bound;
+        ++differ;
+      }
+      if (x != y) worst = std::max(worst, diff / bound);
+    }
+  }
+  EXPECT_EQ(differ, 0) << "dQ elements beyond the bound of a reordered fp32 sum";
+  std::cout << "  dQ over " << kRuns << " runs: largest difference " << 100 * worst << "% of its bound (max |dQ| "
+            << max_dq << ", n = " << n << " column blocks per row)\n";
 }
 
 }  // namespace

@@ -1,0 +1,30 @@
+# Runs CMD with ARGS (a ;-list) on a machine with a CUDA device; passes only if it exits non-zero, was
+# not killed by a signal, and its output matches EXPECT. Without a usable device (as `CMD steps`
+# reports it) the test prints "GPU test skipped" and the reason, which the test's
+# SKIP_REGULAR_EXPRESSION turns into a visible skip; with FLASHLADDER_REQUIRE_GPU set it fails instead.
+execute_process(COMMAND ${CMD} steps RESULT_VARIABLE steps_rc OUTPUT_VARIABLE steps_out ERROR_VARIABLE steps_err
+                TIMEOUT 60)
+if(NOT steps_rc EQUAL 0)
+  message(FATAL_ERROR "'${CMD} steps' failed (${steps_rc}):\n${steps_out}${steps_err}")
+endif()
+if(steps_out MATCHES "GPU steps need a CUDA device; here: ([^\n]*)")
+  set(why "${CMAKE_MATCH_1}")
+  if(NOT "$ENV{FLASHLADDER_REQUIRE_GPU}" STREQUAL "" AND NOT "$ENV{FLASHLADDER_REQUIRE_GPU}" STREQUAL "0")
+    message(FATAL_ERROR "FLASHLADDER_REQUIRE_GPU is set but there is no usable GPU: ${why}")
+  endif()
+  message(STATUS "GPU test skipped (set FLASHLADDER_REQUIRE_GPU=1 to make this a failure): ${why}")
+  return()
+endif()
+string(REPLACE ";" " " arglist_text "${ARGS}")
+execute_process(COMMAND ${CMD} ${ARGS} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 300)
+set(all "${out}${err}")
+if(rc EQUAL 0)
+  message(FATAL_ERROR "expected a non-zero exit status from '${arglist_text}', got 0. Output:\n${all}")
+endif()
+if(NOT rc MATCHES "^[0-9]+$")
+  message(FATAL_ERROR "'${arglist_text}' did not exit normally (${rc}). Output:\n${all}")
+endif()
+if(NOT all MATCHES "${EXPECT}")
+  message(FATAL_ERROR "output of '${arglist_text}' (exit ${rc}) does not match '${EXPECT}':\n${all}")
+endif()
+message(STATUS "exit ${rc}: ${all}")
