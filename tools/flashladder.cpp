@@ -12,6 +12,7 @@
 //
 // Exit status: 0 all good; 1 a check failed; 2 bad input (named in the message).
 #include <iostream>
+#include <new>
 
 #include "tools/commands.hpp"
 
@@ -112,6 +113,16 @@ int main(int argc, char** argv) {
     }
     return run_ladder(lad);
   } catch (const fl::Error& e) {
+    std::cerr << "flashladder: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    // The host side (inputs, the fp64 oracle) needs memory too; a problem too large for it is bad
+    // input, not a crash.
+    std::cerr << "flashladder: error: out of host memory: the problem's host buffers (inputs, outputs and, "
+                 "when checked, the fp64 oracle) do not fit in this machine's memory; choose a smaller "
+                 "problem or --no-check\n";
+    return 2;
+  } catch (const std::exception& e) {
     std::cerr << "flashladder: error: " << e.what() << "\n";
     return 2;
   }
