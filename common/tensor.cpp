@@ -5,6 +5,8 @@
 #include <Eigen/Core>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <limits>
 #include <random>
 
@@ -79,8 +81,31 @@ std::vector<float> normal(Normal& g, int64_t n, double mean, double scale, DType
 }
 }  // namespace
 
+size_t host_memory_bytes() {
+  // MemTotal + SwapTotal, from /proc/meminfo (Linux); 0 when it cannot be read (then nothing is refused).
+  // Not MemAvailable: a page cache full of files is memory a run can still have.
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  size_t kib = 0, total = 0;
+  std::string unit;
+  while (f >> key >> kib >> unit)
+    if (key == "MemTotal:" || key == "SwapTotal:") total += kib * 1024;
+  return total;
+}
+
+void require_host_memory(size_t bytes, const std::string& what) {
+  const size_t have = host_memory_bytes();
+  if (have > 0 && bytes > have)
+    throw Error(what + " need " + std::to_string(bytes) + " bytes of host memory; this machine has " +
+                std::to_string(have) + " bytes (memory + swap): choose a smaller problem");
+}
+
 Inputs make_inputs(const Problem& p, uint64_t seed, InputOptions opt) {
   p.validate();
+  // Refused before allocating: with the kernel's memory overcommit on, a vector larger than the machine
+  // is granted, and the process is killed while filling it instead of failing cleanly.
+  require_host_memory(size_t(2 * p.q_elems() + 2 * p.kv_elems()) * sizeof(float),
+                      "the inputs of " + p.describe() + " (Q, K, V, dO as fp32 on the host)");
   Inputs in;
   in.p = p;
   in.seed = seed;

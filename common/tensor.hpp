@@ -40,6 +40,11 @@ struct Inputs {
   std::vector<float> dO;  // [B][H][Nq][d]  upstream gradient, for the backward
 };
 
+/// The machine's host memory (memory + swap, from /proc/meminfo), or 0 where it cannot be read.
+size_t host_memory_bytes();
+/// Throws fl::Error naming `what`, the bytes needed and the bytes the machine has, when bytes exceed it.
+void require_host_memory(size_t bytes, const std::string& what);
+
 /// Normal(mean, 1) inputs from a seeded 64-bit Mersenne Twister with a Box–Muller transform written
 /// out here (std::normal_distribution differs between standard libraries), rounded to p.dtype.
 Inputs make_inputs(const Problem& p, uint64_t seed, InputOptions opt = {});
