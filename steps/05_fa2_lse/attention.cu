@@ -341,7 +341,7 @@ __global__ void __launch_bounds__(NT) flash_forward(
         }
       }
     if (tid < B_r && i0 + tid < Nq)
-      L_bh[i0 + tid] = l_i[tid] > 0.f ? 0.69314718f * (m_i[tid] + log2f(l_i[tid])) : inf;
+      L_bh[i0 + tid] = l_i[tid] > 0.f ? fmaf(m_i[tid], 0.69314718f, logf(l_i[tid])) : inf;
     __syncthreads();  // before the next Q_i overwrites Q_i, O_i, m_i, ℓ_i
   }
 }

@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(NT, d == 64 ? 2 : 1) flash_forward(
         for (int q = 0; q < TD / 4; ++q)
           store4(O_bh + int64_t(row) * d + 4 * cg + 32 * q, make_float4(O_i[ii][4 * q] * inv, O_i[ii][4 * q + 1] * inv,
                                                                         O_i[ii][4 * q + 2] * inv, O_i[ii][4 * q + 3] * inv));
-        if (cg == 0) L_bh[row] = l_i[ii] > 0.f ? 0.69314718f * (m_i[ii] + log2f(l_i[ii])) : inf;
+        if (cg == 0) L_bh[row] = l_i[ii] > 0.f ? fmaf(m_i[ii], 0.69314718f, logf(l_i[ii])) : inf;
       }
     }
   }

@@ -221,8 +221,12 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
         m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
         // A row that has seen no key yet has m_new = −∞; subtracting it would give 2^(−∞ + ∞) = NaN.
         // Subtract 0 instead: every P̃ and the rescale factor are then 2^(−∞) = 0, ℓ stays 0.
-        const float m_sub = m_new == -INFINITY ? 0.f : m_new * scale_log2;
-        const float alpha = mma::exp2_approx(m_i[mt][r] * scale_log2 - m_sub);  // 0 at first
+        const float m_sub = m_new == -INFINITY ? 0.f : __fmul_rn(m_new, scale_log2);
+        // Both products rounded alike (__fmul_rn is never fused into an FMA): written as a·b − m_sub, the
+        // compiler makes it fma(a, b, −m_sub), whose result for an unchanged max is not 0 but the rounding
+        // error of m_sub; 2^that then scales ℓ_i once per K_j, compounding: L was off by 1.8e-4 after
+        // 1024 blocks (N = 131072, test Gpu/LongSequence) and by 4 ulp at scores of 1e4.
+        const float alpha = mma::exp2_approx(__fmul_rn(m_i[mt][r], scale_log2) - m_sub);  // 0 at first
         m_i[mt][r] = m_new;
         float rowsum = 0.f;
 #pragma unroll

@@ -350,7 +350,7 @@ attention_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __re
 #pragma unroll
       for (int nt = 0; nt < kD / 8; ++nt)
         store2(o_row + 8 * nt + 2 * t, pack2<T>(O_i[0][nt][2 * hh] * inv, O_i[0][nt][2 * hh + 1] * inv));
-      if (t == 0) lse[int64_t(bh) * n.Nq + r] = l > 0.f ? (m_i[hh] + log2f(l)) * kLn2 : INFINITY;
+      if (t == 0) lse[int64_t(bh) * n.Nq + r] = l > 0.f ? fmaf(m_i[hh], kLn2, logf(l)) : INFINITY;
     }
   }
 }
