@@ -129,7 +129,8 @@ def step_block(root: str, step, prev, view, bwd_view) -> str:
         lines.append(STEP_END)
         return "\n".join(lines)
     where = f"{rec.get('device')}" + (f" ({rec.get('sm_count')} SMs)" if rec.get("sm_count") else "")
-    text = (f"On {where}, headline problem ({flr.problem_text()}): {fmt_ms(rec['median_ms'])} ms, "
+    shape = flr.problem_text(dict(flr.HEADLINE, dtype=rec.get("dtype", "fp32")) if step.where == "cpu" else None)
+    text = (f"On {where}, headline problem ({shape}): {fmt_ms(rec['median_ms'])} ms, "
             f"{fmt_tflops(rec['tflops'])} TFLOP/s, error {error_cell(rec)} of the tolerance")
     before = (view.cpu_rows if prev is not None and prev.where == "cpu" else view.rows).get(prev.folder) if prev else None
     if before is not None and before.get("device") == rec.get("device"):
