@@ -2,7 +2,11 @@
 # output matches EXPECT. A crash (signal) or a zero exit status fails the test.
 separate_arguments(arglist UNIX_COMMAND "${ARGS}")
 string(REPLACE ";" " " arglist_text "${ARGS}")
-execute_process(COMMAND ${CMD} ${ARGS} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+if(NOT DEFINED FL_EXPECT_TIMEOUT)
+  set(FL_EXPECT_TIMEOUT 120)
+endif()
+execute_process(COMMAND ${CMD} ${ARGS} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                TIMEOUT ${FL_EXPECT_TIMEOUT})
 set(all "${out}${err}")
 if(rc EQUAL 0)
   message(FATAL_ERROR "expected a non-zero exit status from '${arglist_text}', got 0. Output:\n${all}")
