@@ -10,6 +10,8 @@
 //   LongSequence          label size   forward, Nq = Nk = 131072 (32768 for steps 03–05, which run one
 //                                      thread block per head, or materialise S), B = 1, H = 2, H_kv = 1,
 //                                      d = 64; non-causal fp16 and causal bf16.
+//   Issue3Long            label size   B 1, H 16, N 65536, d 128 forward: 03 refuses naming bytes, 04 on
+//                                      run it in O(N) extra memory, checked on sampled rows
 //   LongSequenceBackward  label size   step 09's backward at 32768, causal, H = 1: sampled dQ rows and
 //     (N32768)                         sampled dK, dV key rows (those need every row's L and D: a full
 //                                      O(N²·d) CPU pass, about 10 s on two cores).
@@ -104,6 +106,38 @@ TEST_P(LongSequence, CausalForwardBf16MatchesOracleOnSampledRows) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, LongSequence, ::testing::ValuesIn(gpu_steps()), step_name);
+
+// Issue 3's long problem, B = 1, H = 16, Nq = Nk = 65536, d = 128 (fp16): step 03 refuses it, naming the
+// bytes S and P would take (2·16·65536²·4 = 512 GiB); every later step runs it in O(N) extra memory
+// (at most (d + 2) floats per query row: step 04's O, m, ℓ) and matches the oracle on sampled rows.
+// Steps 04 and 05 have 16 thread blocks for 132 SMs here: some 15 s each on an H200.
+class Issue3Long : public ::testing::TestWithParam<const Step*> {};
+
+TEST_P(Issue3Long, N65536H16D128InLinearMemory) {
+  FL_NEED_GPU();
+  const Step& s = *GetParam();
+  Problem p;
+  p.B = 1; p.H = 16; p.H_kv = 16; p.Nq = p.Nk = 65536; p.d = 128; p.dtype = DType::f16;
+  const std::string why = s.refusal(p);
+  if (s.number == "03") {
+    EXPECT_NE(why.find("549755813888"), std::string::npos) << "step 03 should refuse naming S and P's bytes: " << why;
+    return;
+  }
+  ASSERT_EQ(why, "") << s.folder << " refuses issue 3's long problem";
+  const size_t linear = size_t(p.d + 2) * size_t(p.B * p.H * p.Nq) * sizeof(float);
+  EXPECT_LE(s.impl->workspace_bytes(p), linear) << s.folder << ": extra memory is not O(N)";
+  const uint64_t seed = 65536;
+  const Inputs in = make_inputs(p, seed);
+  const Sampled ref = sampled_reference(in, pick_rows(p, seed, 24), {}, false);
+  const Outputs got = run_step(s, in);
+  expect_pass(verify_sampled(in, got, ref, false), s, p, seed);
+  expect_all_finite("O", got.o, s);
+  expect_all_finite("L", got.lse, s);
+  std::cout << "  [" << s.folder << "] extra memory " << s.impl->workspace_bytes(p) << " bytes (S alone: "
+            << size_t(p.B * p.H * p.Nq) * size_t(p.Nk) * sizeof(float) << ")\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, Issue3Long, ::testing::ValuesIn(gpu_steps()), step_name);
 
 // The backward at length N: dQ at sampled query rows, dK and dV at sampled key rows (each a sum over
 // every query row that sees the key, so the reference makes one full pass). Causal halves that pass.

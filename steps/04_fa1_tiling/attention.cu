@@ -24,9 +24,10 @@
 // The price: every inner iteration reads Q_i and reads and writes O_i (fp32), m_i, ℓ_i in device
 // memory; step 05 swaps the loops so that O_i, m_i, ℓ_i stay on chip.
 //
-// Scores are kept in base 2: S_ij is multiplied by scale·log₂e, so e^x is exp2f (one MUFU.EX2), and
-// m (in the workspace too) is in base-2 units. L = ln 2 · m + ln ℓ is the natural log-sum-exp, one fmaf:
-// one rounding instead of the three of ln 2 · (m + log₂ ℓ), which cost 1 ulp of L at scores of 1e4.
+// e^x is computed as 2^{x·log₂e}, one MUFU.EX2: P̃_ij = exp2f(fmaf(S_ij, τlog₂e, −m_sub)), with
+// m_sub = m·τlog₂e rounded once. S_ij and m (in the workspace too) stay raw scores q·k, so that the
+// fmaf's exponent, near 0 for the keys that matter, is exact to fp32, and L = m·τ + ln ℓ is taken
+// back to natural units without ln 2 · m_sub's rounding (log_sum_exp in common/cuda.cuh says why).
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -181,7 +182,8 @@ template <class T, int d>
 __global__ void __launch_bounds__(NT) flash_forward(
     const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
     float* __restrict__ L, float* __restrict__ O_acc, float* __restrict__ m, float* __restrict__ l,
-    int H, int H_kv, int Nq, int Nk, float scale_log2, bool causal) {
+    int H, int H_kv, int Nq, int Nk, float scale, bool causal) {
+  const float scale_log2 = scale * 1.4426950408889634f;  // τ·log₂e: e^{τ x} = 2^{x·τ·log₂e}
   using Sm = Smem<d>;
   constexpr int LD = Sm::LD, LDP = Sm::LDP;
   constexpr int TD = d / CG;  // columns of O_i per thread: 4 cg + 32 q, q < d/32
@@ -255,7 +257,8 @@ __global__ void __launch_bounds__(NT) flash_forward(
 
       for (int s0 = 0; s0 < B_r; s0 += B_s) {
         // Line 9: S_ij = Q_i K_jᵀ for the slice's rows, this warp's 16 keys: a TM × TN tile per
-        // thread, scaled to base 2. Masked: keys past Nk and, when causal, keys past row + Nk − Nq.
+        // thread, raw: τ joins in the exponent's fmaf. Masked: keys past Nk and, when causal, keys
+        // past row + Nk − Nq.
         float S_ij[TM][TN];
         tile_QK<TM, TN, d, LD>(S_ij, Q_i + (s0 + rg) * LD, K_j + (key0 + cg) * LD);
 #pragma unroll
@@ -264,7 +267,7 @@ __global__ void __launch_bounds__(NT) flash_forward(
           for (int jj = 0; jj < TN; ++jj) {
             const int row = i0 + s0 + rg + RG * ii, key = j0 + key0 + cg + CG * jj;
             const bool seen = key < Nk && (!causal || key <= row + Nk - Nq);
-            S_ij[ii][jj] = seen ? S_ij[ii][jj] * scale_log2 : -inf;
+            S_ij[ii][jj] = seen ? S_ij[ii][jj] : -inf;
           }
 
         // Line 10: m̃_ij = rowmax(S_ij): over this warp's keys by shuffles, then over the W warps
@@ -285,11 +288,11 @@ __global__ void __launch_bounds__(NT) flash_forward(
           float m_tilde = -inf;
 #pragma unroll
           for (int v = 0; v < W; ++v) m_tilde = fmaxf(m_tilde, m_red[v * B_s + rg + RG * ii]);
-          const float m_sub = m_tilde == -inf ? 0.f : m_tilde;
+          const float m_sub = m_tilde == -inf ? 0.f : __fmul_rn(m_tilde, scale_log2);
           float sum = 0.f;
 #pragma unroll
           for (int jj = 0; jj < TN; ++jj) {
-            const float p = exp2f(S_ij[ii][jj] - m_sub);
+            const float p = exp2f(fmaf(S_ij[ii][jj], scale_log2, -m_sub));
             P_ij[(rg + RG * ii) * LDP + key0 + cg + CG * jj] = p;
             sum += p;
           }
@@ -319,8 +322,10 @@ __global__ void __launch_bounds__(NT) flash_forward(
             l_tilde += l_red[v * B_s + tid];
           }
           const float m_new = fmaxf(m_i[r], m_tilde);
-          const float m_sub = m_new == -inf ? 0.f : m_new;  // no key seen yet: all factors are 0
-          const float e_old = exp2f(m_i[r] - m_sub), e_tilde = exp2f(m_tilde - m_sub);
+          const float m_sub = m_new == -inf ? 0.f : __fmul_rn(m_new, scale_log2);  // no key seen yet: all factors are 0
+          // Both products rounded as when P̃ and ℓ were summed against them (__fmul_rn is never fused).
+          const float e_old = exp2f(__fmul_rn(m_i[r], scale_log2) - m_sub);
+          const float e_tilde = exp2f(__fmul_rn(m_tilde, scale_log2) - m_sub);
           const float l_new = e_old * l_i[r] + e_tilde * l_tilde;
           const float inv = l_new > 0.f ? 1.f / l_new : 0.f;
           a_i[tid] = inv * l_i[r] * e_old;
@@ -371,7 +376,7 @@ __global__ void __launch_bounds__(NT) flash_forward(
       store4(O_bh + int64_t(r) * d + 4 * o_c + 32 * q,
              *reinterpret_cast<const float4*>(O_acc_bh + int64_t(r) * d + 4 * o_c + 32 * q));
   if (tid < B_r)
-    for (int r = tid; r < Nq; r += B_r) L_bh[r] = l_bh[r] > 0.f ? fmaf(m_bh[r], 0.69314718f, logf(l_bh[r])) : inf;
+    for (int r = tid; r < Nq; r += B_r) L_bh[r] = log_sum_exp(m_bh[r], l_bh[r], scale, scale_log2);
 }
 
 // ---- The launcher ---------------------------------------------------------------------------------
@@ -403,7 +408,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
   const dim3 grid(unsigned(p.B * p.H)), block(NT);  // one thread block per (b, h)
   flash_forward<T, d><<<grid, block, smem, static_cast<cudaStream_t>(a.stream)>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
-      a.lse, O_acc, m, l, int(p.H), int(p.H_kv), int(p.Nq), int(p.Nk), float(p.softmax_scale() * 1.4426950408889634),
+      a.lse, O_acc, m, l, int(p.H), int(p.H_kv), int(p.Nq), int(p.Nk), float(p.softmax_scale()),
       p.causal);
   FL_CUDA(cudaGetLastError());
 }

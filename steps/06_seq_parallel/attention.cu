@@ -169,7 +169,8 @@ __device__ __forceinline__ void store4(T* dst, float4 v) {
 template <class T, int d>
 __global__ void __launch_bounds__(NT) flash_forward(
     const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
-    float* __restrict__ L, int64_t BH, int H, int H_kv, int Nq, int Nk, float scale_log2, bool causal) {
+    float* __restrict__ L, int64_t BH, int H, int H_kv, int Nq, int Nk, float scale, bool causal) {
+  const float scale_log2 = scale * 1.4426950408889634f;  // τ·log₂e: e^{τ x} = 2^{x·τ·log₂e}
   using Sm = Smem<d>;
   constexpr int LD = Sm::LD, LDP = Sm::LDP;
   constexpr int TD = d / CG;  // columns of O_i per thread: 4 cg + 32 q, q < d/32
@@ -233,7 +234,7 @@ __global__ void __launch_bounds__(NT) flash_forward(
 
       for (int s0 = 0; s0 < B_r; s0 += B_s) {
         // Line 3c.ii: S_ij = Q_i K_jᵀ for the slice's rows, this warp's 16 keys: a TM × TN tile per
-        // thread, scaled to base 2.
+        // thread, raw: τ joins in the exponent's fmaf.
         float S_ij[TM][TN];
         tile_QK<TM, TN, d, LD>(S_ij, Q_i + (s0 + rg) * LD, K_j + (key0 + cg) * LD);
 #pragma unroll
@@ -242,7 +243,7 @@ __global__ void __launch_bounds__(NT) flash_forward(
           for (int jj = 0; jj < TN; ++jj) {
             const int row = i0 + s0 + rg + RG * ii, key = j0 + key0 + cg + CG * jj;
             const bool seen = !masked || (key < Nk && (!causal || key <= row + Nk - Nq));
-            S_ij[ii][jj] = seen ? S_ij[ii][jj] * scale_log2 : -inf;
+            S_ij[ii][jj] = seen ? S_ij[ii][jj] : -inf;
           }
 
         // Line 3c.iii: m_i^(j) = max(m_i^(j−1), rowmax(S_ij)): over this warp's keys by shuffles,
@@ -263,11 +264,11 @@ __global__ void __launch_bounds__(NT) flash_forward(
           float m_new = m_i[s0 + rg + RG * ii];
 #pragma unroll
           for (int v = 0; v < W; ++v) m_new = fmaxf(m_new, m_red[v * B_s + rg + RG * ii]);
-          const float m_sub = m_new == -inf ? 0.f : m_new;
+          const float m_sub = m_new == -inf ? 0.f : __fmul_rn(m_new, scale_log2);
           float sum = 0.f;
 #pragma unroll
           for (int jj = 0; jj < TN; ++jj) {
-            const float p = exp2f(S_ij[ii][jj] - m_sub);
+            const float p = exp2f(fmaf(S_ij[ii][jj], scale_log2, -m_sub));
             P_ij[(rg + RG * ii) * LDP + key0 + cg + CG * jj] = p;
             sum += p;
           }
@@ -296,8 +297,8 @@ __global__ void __launch_bounds__(NT) flash_forward(
             m_new = fmaxf(m_new, m_red[v * B_s + tid]);
             l_tilde += l_red[v * B_s + tid];
           }
-          const float m_sub = m_new == -inf ? 0.f : m_new;  // no key seen yet: the factor is 0
-          const float alpha = exp2f(m_i[r] - m_sub);
+          const float m_sub = m_new == -inf ? 0.f : __fmul_rn(m_new, scale_log2);  // no key seen yet: the factor is 0
+          const float alpha = exp2f(__fmul_rn(m_i[r], scale_log2) - m_sub);
           a_i[tid] = alpha;
           l_i[r] = alpha * l_i[r] + l_tilde;
           m_i[r] = m_new;
@@ -335,7 +336,7 @@ __global__ void __launch_bounds__(NT) flash_forward(
         }
       }
     if (tid < B_r && i0 + tid < Nq)
-      L_bh[i0 + tid] = l_i[tid] > 0.f ? fmaf(m_i[tid], 0.69314718f, logf(l_i[tid])) : inf;
+      L_bh[i0 + tid] = log_sum_exp(m_i[tid], l_i[tid], scale, scale_log2);
     __syncthreads();  // before a next work item (capped grids only) overwrites Q_i, O_i, m_i, ℓ_i
   }
 }
@@ -361,7 +362,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
   const dim3 grid(unsigned(std::min<int64_t>(blocks, std::numeric_limits<int32_t>::max()))), block(NT);
   flash_forward<T, d><<<grid, block, smem, static_cast<cudaStream_t>(a.stream)>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
-      a.lse, p.B * p.H, int(p.H), int(p.H_kv), int(p.Nq), int(p.Nk), float(p.softmax_scale() * 1.4426950408889634), p.causal);
+      a.lse, p.B * p.H, int(p.H), int(p.H_kv), int(p.Nq), int(p.Nk), float(p.softmax_scale()), p.causal);
   FL_CUDA(cudaGetLastError());
 }
 

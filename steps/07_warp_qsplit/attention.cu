@@ -162,7 +162,8 @@ __device__ __forceinline__ void store4(T* dst, float4 v) {
 template <class T, int d>
 __global__ void __launch_bounds__(NT, d == 64 ? 2 : 1) flash_forward(
     const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
-    float* __restrict__ L, int64_t BH, int H, int H_kv, int Nq, int Nk, float scale_log2, bool causal) {
+    float* __restrict__ L, int64_t BH, int H, int H_kv, int Nq, int Nk, float scale, bool causal) {
+  const float scale_log2 = scale * 1.4426950408889634f;  // τ·log₂e: e^{τ x} = 2^{x·τ·log₂e}
   using Sm = Smem<d>;
   constexpr int LD = Sm::LD, LDP = Sm::LDP;
   constexpr int TD = d / CG;  // columns of O_i per thread: 4 cg + 32 q, q < d/32
@@ -217,7 +218,7 @@ __global__ void __launch_bounds__(NT, d == 64 ? 2 : 1) flash_forward(
       const bool masked = j0 + B_c > Nk || (causal && j0 + B_c - 1 > i0 + Nk - Nq);
 
       // Line 3c.ii: S_ij = Q_i K_jᵀ for this warp's rows, all B_c keys: a TM × TN tile per thread,
-      // scaled to base 2.
+      // raw: τ joins in the exponent's fmaf.
       float S_ij[TM][TN];
       tile_QK<TM, TN, d, LD>(S_ij, Q_i + row0 * LD, K_j + cg * LD);
 #pragma unroll
@@ -226,7 +227,7 @@ __global__ void __launch_bounds__(NT, d == 64 ? 2 : 1) flash_forward(
         for (int jj = 0; jj < TN; ++jj) {
           const int row = i0 + row0 + RG * ii, key = j0 + cg + CG * jj;
           const bool seen = !masked || (key < Nk && (!causal || key <= row + Nk - Nq));
-          S_ij[ii][jj] = seen ? S_ij[ii][jj] * scale_log2 : -inf;
+          S_ij[ii][jj] = seen ? S_ij[ii][jj] : -inf;
         }
 
       // Line 3c.iii: m_i^(j) = max(m_i^(j−1), rowmax(S_ij)), P̃_ij = exp(S_ij − m_i^(j)),
@@ -240,12 +241,12 @@ __global__ void __launch_bounds__(NT, d == 64 ? 2 : 1) flash_forward(
 #pragma unroll
         for (int jj = 0; jj < TN; ++jj) mx = fmaxf(mx, S_ij[ii][jj]);
         const float m_new = row_max(mx);
-        const float m_sub = m_new == -inf ? 0.f : m_new;
-        const float alpha = exp2f(m_i[ii] - m_sub);
+        const float m_sub = m_new == -inf ? 0.f : __fmul_rn(m_new, scale_log2);
+        const float alpha = exp2f(__fmul_rn(m_i[ii], scale_log2) - m_sub);
         float sum = 0.f;
 #pragma unroll
         for (int jj = 0; jj < TN; ++jj) {
-          const float p = exp2f(S_ij[ii][jj] - m_sub);
+          const float p = exp2f(fmaf(S_ij[ii][jj], scale_log2, -m_sub));
           P_ij[(row0 + RG * ii) * LDP + cg + CG * jj] = p;
           sum += p;
         }
@@ -272,7 +273,7 @@ __global__ void __launch_bounds__(NT, d == 64 ? 2 : 1) flash_forward(
         for (int q = 0; q < TD / 4; ++q)
           store4(O_bh + int64_t(row) * d + 4 * cg + 32 * q, make_float4(O_i[ii][4 * q] * inv, O_i[ii][4 * q + 1] * inv,
                                                                         O_i[ii][4 * q + 2] * inv, O_i[ii][4 * q + 3] * inv));
-        if (cg == 0) L_bh[row] = l_i[ii] > 0.f ? fmaf(m_i[ii], 0.69314718f, logf(l_i[ii])) : inf;
+        if (cg == 0) L_bh[row] = log_sum_exp(m_i[ii], l_i[ii], scale, scale_log2);
       }
     }
   }
@@ -299,7 +300,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
   const dim3 grid(unsigned(std::min<int64_t>(blocks, std::numeric_limits<int32_t>::max()))), block(NT);
   flash_forward<T, d><<<grid, block, smem, static_cast<cudaStream_t>(a.stream)>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
-      a.lse, p.B * p.H, int(p.H), int(p.H_kv), int(p.Nq), int(p.Nk), float(p.softmax_scale() * 1.4426950408889634), p.causal);
+      a.lse, p.B * p.H, int(p.H), int(p.H_kv), int(p.Nq), int(p.Nk), float(p.softmax_scale()), p.causal);
   FL_CUDA(cudaGetLastError());
 }
 

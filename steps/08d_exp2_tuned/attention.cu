@@ -310,7 +310,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
         for (int n = 0; n < d / 8; ++n)  // 2 elements (4 bytes) per store
           *reinterpret_cast<uint32_t*>(O_g + int64_t(row) * d + 8 * n + 2 * t) =
               mma::pack2<T>(O_i[mt][n][2 * r] * inv_l, O_i[mt][n][2 * r + 1] * inv_l);
-        if (t == 0) L_g[row] = l > 0.f ? m_i[mt][r] * scale + logf(l) : INFINITY;
+        if (t == 0) L_g[row] = log_sum_exp(m_i[mt][r], l, scale, scale_log2);
       }
     }
 }

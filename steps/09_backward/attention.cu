@@ -48,7 +48,6 @@ namespace fl::s09 {
 using namespace fl::mma;
 
 constexpr float kLog2e = 1.4426950408889634f;  // exp(x) = exp2(x · log2 e): ex2 is one instruction
-constexpr float kLn2 = 0.6931471805599453f;
 
 /// The sizes a kernel needs, taken from the Problem once. int: limits() keeps every row count at most
 /// 2^29 and every grid below 2^31 blocks; offsets into tensors are computed in int64.
@@ -249,10 +248,10 @@ attention_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __re
   cp_async_commit();
 
   const int row_w = 16 * warp;                 // this warp's first row within Q_i
-  const float scale_log2 = n.scale * kLog2e;   // scores in the exp2 domain: x = scale·log2(e)·s
+  const float scale_log2 = n.scale * kLog2e;   // exp(scale·s) = exp2(s·scale_log2)
   float O_i[1][kD / 8][4];  // the warp's O_i [16][d] as d/8 n-tiles, fp32, un-normalised
   zero(O_i);
-  float m_i[2] = {-INFINITY, -INFINITY};  // running max of rows g, g + 8 (exp2 domain)
+  float m_i[2] = {-INFINITY, -INFINITY};  // running max of rows g, g + 8 (raw scores q·k)
   float l_i[2] = {0.f, 0.f};  // this thread's share of the running sums ℓ of rows g, g + 8 (its
                               // columns only: the 4 threads of a row add theirs once, at the end)
 
@@ -271,13 +270,13 @@ attention_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __re
     zero(S);
     warp_gemm<1, B_c / 8, kD, false, false, 2>(S, Q_s, ld, row_w, K_s, ld, 0, lane);
 
-    // Scale into the exp2 domain; mask only blocks that hold an invisible or missing key.
+    // Mask only blocks that hold an invisible or missing key; the scale joins in the exponent's fmaf.
     const bool need_mask = c0 + B_c > n.Nk || (n.causal && c0 + B_c - 1 > r0 + n.Nk - n.Nq);
 #pragma unroll
     for (int nt = 0; nt < B_c / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x = S[0][nt][e] * scale_log2;
+        float x = S[0][nt][e];
         if (need_mask) {
           const int r = r0 + row_w + g + 8 * (e >> 1), c = c0 + 8 * nt + 2 * t + (e & 1);
           if (c >= n.Nk || (n.causal && c > r + n.Nk - n.Nq)) x = -INFINITY;
@@ -295,14 +294,15 @@ attention_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __re
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       // A row that has seen no key yet keeps m = −∞; subtracting 0 instead gives exp2(−∞) = 0, not NaN.
-      m_sub[hh] = mx == -INFINITY ? 0.f : mx;
-      alpha[hh] = exp2f(m_i[hh] - m_sub[hh]);  // rescales the old ℓ and O_i; 0 while m_i was −∞
+      // m_sub = m·scale_log2 rounded once; both products rounded alike (__fmul_rn is never fused).
+      m_sub[hh] = mx == -INFINITY ? 0.f : __fmul_rn(mx, scale_log2);
+      alpha[hh] = exp2f(__fmul_rn(m_i[hh], scale_log2) - m_sub[hh]);  // rescales ℓ and O_i; 0 while m_i was −∞
       m_i[hh] = mx;
     }
 #pragma unroll
     for (int nt = 0; nt < B_c / 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) S[0][nt][e] = exp2f(S[0][nt][e] - m_sub[e >> 1]);  // P̃_ij
+      for (int e = 0; e < 4; ++e) S[0][nt][e] = exp2f(fmaf(S[0][nt][e], scale_log2, -m_sub[e >> 1]));  // P̃_ij
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       float sum = 0.f;
@@ -350,7 +350,7 @@ attention_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __re
 #pragma unroll
       for (int nt = 0; nt < kD / 8; ++nt)
         store2(o_row + 8 * nt + 2 * t, pack2<T>(O_i[0][nt][2 * hh] * inv, O_i[0][nt][2 * hh + 1] * inv));
-      if (t == 0) lse[int64_t(bh) * n.Nq + r] = l > 0.f ? fmaf(m_i[hh], kLn2, logf(l)) : INFINITY;
+      if (t == 0) lse[int64_t(bh) * n.Nq + r] = log_sum_exp(m_i[hh], l, n.scale, scale_log2);
     }
   }
 }
