@@ -137,10 +137,35 @@ __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4]
                  : ACC : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));              \
   }
 
+/// D[64][N] (+)= A[64][16] · B[16][N], A and B from shared memory, both MN-major (transposed: M, N
+/// contiguous). Step 09b: dQ_i = dS_ij K_j with dS_ij stored as dS_ijᵀ [keys][rows] and K_j as [keys][d].
+template <class T, int N>
+__device__ __forceinline__ void mma_ss_tt(float (&d)[N / 2], uint64_t a, uint64_t b, bool accumulate);
+
+#define FL_WGMMA_SS_TT(N, REGS, ACC, NA, NB, NS)                                                     \
+  template <>                                                                                       \
+  __device__ __forceinline__ void mma_ss_tt<__half, N>(float(&d)[N / 2], uint64_t a, uint64_t b,    \
+                                                       bool accumulate) {                           \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #NS ", 0;\n"                                  \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 " REGS                    \
+                 ", %" #NA ", %" #NB ", p, 1, 1, 1, 1;\n}\n"                                          \
+                 : ACC : "l"(a), "l"(b), "r"(int(accumulate)));                                     \
+  }                                                                                                 \
+  template <>                                                                                       \
+  __device__ __forceinline__ void mma_ss_tt<__nv_bfloat16, N>(float(&d)[N / 2], uint64_t a,         \
+                                                              uint64_t b, bool accumulate) {        \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #NS ", 0;\n"                                  \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " REGS                  \
+                 ", %" #NA ", %" #NB ", p, 1, 1, 1, 1;\n}\n"                                          \
+                 : ACC : "l"(a), "l"(b), "r"(int(accumulate)));                                     \
+  }
+
 // S_ij = Q_i K_jᵀ with N = B_c keys (64 or 128); O_i += P̃_ij V_j one panel of P = 32 or 64 columns at a time.
 FL_WGMMA_SS(64, FL_REGS32, FL_ACC32(0), 32, 33, 34)
 FL_WGMMA_SS(128, FL_REGS64, FL_ACC64(0), 64, 65, 66)
 FL_WGMMA_RS(32, FL_REGS16, FL_ACC16(0), 16, 17, 18, 19, 20, 21)
 FL_WGMMA_RS(64, FL_REGS32, FL_ACC32(0), 32, 33, 34, 35, 36, 37)
+// dQ_i = dS_ij K_j in step 09b: one panel of 64 columns of dQ_i per instruction.
+FL_WGMMA_SS_TT(64, FL_REGS32, FL_ACC32(0), 32, 33, 34)
 
 }  // namespace fl::wgmma

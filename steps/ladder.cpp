@@ -22,6 +22,7 @@ FL_GPU_STEP(s08e)
 FL_GPU_STEP(s08f)
 FL_GPU_STEP(s08g)
 FL_GPU_STEP(s09)
+FL_GPU_STEP(s09b)
 #define FL_GPU(x) (&(x))
 
 namespace fl {
@@ -33,6 +34,7 @@ const std::vector<int64_t> kAnyD = {};
 const std::vector<int64_t> kCudaCoreD = {64, 128};
 const std::vector<int64_t> kFa2D = {32, 64, 96, 128, 256};  // the head dims FlashAttention-2 ships
 const std::vector<int64_t> kBwdD = {32, 64, 96, 128};
+const std::vector<int64_t> kWgmmaBwdD = {64, 128};  // the head dims of the FA2 sweep
 }  // namespace
 
 const std::vector<Step>& ladder() {
@@ -82,6 +84,9 @@ const std::vector<Step>& ladder() {
       {"09", "09_backward",
        "FA2 Algorithm 2: D = rowsum(dO∘O); one block per K_j/V_j keeps dK_j, dV_j on chip; dQ by atomicAdd in fp32",
        Where::gpu, true, kGpuTypes, kBwdD, FL_GPU(s09::impl)},
+      {"09b", "09b_wgmma",
+       "the backward's five products on wgmma: S_ijᵀ = K_j Q_iᵀ puts P_ijᵀ and dS_ijᵀ in registers as A operands",
+       Where::gpu, true, kGpuTypes, kWgmmaBwdD, FL_GPU(s09b::impl)},
   };
   return steps;
 }

@@ -146,7 +146,8 @@ def main():
     ap.add_argument("--fwd-step", default="08d_exp2_tuned,08g_smem_epilogue",
                     help="our forward steps to compare, comma-separated (default: 08d, the last mma.sync step, "
                          "and 08g, the last step-08); the ratio column is the last one's")
-    ap.add_argument("--bwd-step", default="09_backward", help="our backward step to compare ('' to skip)")
+    ap.add_argument("--bwd-step", default="09_backward,09b_wgmma",
+                    help="our backward steps to compare, comma-separated ('' to skip); the ratio column is the last one's")
     ap.add_argument("--json", default="", help="append JSON records here")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
@@ -231,15 +232,16 @@ def main():
             except Exception as e:  # a backend that refuses a shape is reported, not hidden
                 row[name] = float("nan")
                 print(f"  {name} N={N} d={d} causal={causal}: {e}", file=sys.stderr)
-        # backward
-        if args.bwd_step:
+        # backward: each step of --bwd-step, then torch FLASH's, on the same inputs
+        bwd_steps = [x for x in args.bwd_step.split(",") if x]
+        for step in bwd_steps:
             try:
-                ob = Ours(lib, args.bwd_step, B, H, N, d, causal, dt)
+                ob = Ours(lib, step, B, H, N, d, causal, dt)
                 for s in sets:
                     s["o9"] = torch.empty_like(s["o"])
                     ob.forward(s["q"], s["k"], s["v"], s["o9"], s["lse"])
                     s["dq"], s["dk"], s["dv"] = (torch.empty_like(s["o"]) for _ in range(3))
-                bwd = lambda s: ob.backward(s["q"], s["k"], s["v"], s["o9"], s["lse"], s["do"], s["dq"], s["dk"], s["dv"])
+                bwd = lambda s, ob=ob: ob.backward(s["q"], s["k"], s["v"], s["o9"], s["lse"], s["do"], s["dq"], s["dk"], s["dv"])
                 bwd_used = None
                 if N <= args.check_max_n:  # dQ, dK, dV against autograd through math in fp64
                     s = sets[0]
@@ -248,13 +250,20 @@ def main():
                     bwd(s)
                     torch.cuda.synchronize()
                     bwd_used = grad_check((s["dq"], s["dk"], s["dv"]), s["q"], s["k"], s["v"], s["do"], causal, dt)
-                    row["bwd_check"] = "pass" if bwd_used <= 1 else "FAIL"
+                    if row.get("bwd_check") != "FAIL":
+                        row["bwd_check"] = "pass" if bwd_used <= 1 else "FAIL"
                     if not bwd_used <= 1:
-                        failures.append(f"{args.bwd_step} backward N={N} d={d} causal={causal} {dt}: "
+                        failures.append(f"{step} backward N={N} d={d} causal={causal} {dt}: "
                                         f"{bwd_used:.2f} of the tolerance")
                 poison_g = lambda s: [s[x].fill_(float("nan")) for x in ("dq", "dk", "dv")]
                 t = time_launches(bwd, sets, args.warmup, args.reps, before=poison_g)
-                row["ours_bwd"] = emit(args.bwd_step, "bwd", B, H, N, d, causal, dt, t, bwd_used)["tflops"]
+                row[step + "_bwd"] = emit(step, "bwd", B, H, N, d, causal, dt, t, bwd_used)["tflops"]
+            except Exception as e:
+                print(f"  {step} backward N={N} d={d} causal={causal}: {e}", file=sys.stderr)
+                failures.append(f"{step} backward N={N} d={d} causal={causal} {dt}: {e}")
+        if bwd_steps:
+            row["ours_bwd"] = row.get(bwd_steps[-1] + "_bwd", float("nan"))
+            try:
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                     for s in sets:
                         s["out_t"] = F.scaled_dot_product_attention(s["q"], s["k"], s["v"], is_causal=causal)
@@ -262,7 +271,7 @@ def main():
                     t = time_launches(g, sets, args.warmup, args.reps)
                 row["torch_flash_bwd"] = emit("torch_flash", "bwd", B, H, N, d, causal, dt, t, None)["tflops"]
             except Exception as e:
-                print(f"  backward N={N} d={d} causal={causal}: {e}", file=sys.stderr)
+                print(f"  torch_flash backward N={N} d={d} causal={causal}: {e}", file=sys.stderr)
         rows.append(row)
         del sets
         torch.cuda.empty_cache()
@@ -270,9 +279,10 @@ def main():
         print(f"d={d:3d} {'causal' if causal else 'full  '} {dt} N={N:5d}: {others}{fwd_steps[-1][:3]} {row['ours']:6.1f}  flash "
               f"{row.get('torch_flash', float('nan')):6.1f}  cudnn {row.get('torch_cudnn', float('nan')):6.1f}  "
               f"ours/flash {row['ours'] / row.get('torch_flash', float('nan')):5.2f}  check {row.get('check', '-')}"
-              + (f"  | bwd ours {row.get('ours_bwd', float('nan')):6.1f} flash {row.get('torch_flash_bwd', float('nan')):6.1f}"
+              + (f"  | bwd " + "".join(f"{st[:3]} {row.get(st + '_bwd', float('nan')):6.1f}  " for st in bwd_steps[:-1])
+                 + f"{bwd_steps[-1][:3]} {row.get('ours_bwd', float('nan')):6.1f} flash {row.get('torch_flash_bwd', float('nan')):6.1f}"
                  f" ratio {row.get('ours_bwd', float('nan')) / row.get('torch_flash_bwd', float('nan')):5.2f}"
-                 + f" check {row.get('bwd_check', '-')}" if args.bwd_step else ""), flush=True)
+                 + f" check {row.get('bwd_check', '-')}" if bwd_steps else ""), flush=True)
     if out:
         out.close()
     if failures:
