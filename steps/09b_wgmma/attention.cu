@@ -595,8 +595,16 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
     }
     cp_async_commit();
 
-    // S_ijᵀ = K_j Q_iᵀ and dP_ijᵀ = V_j dO_iᵀ: d/16 k-steps each, two commit groups.
+    // S_ijᵀ = K_j Q_iᵀ and dP_ijᵀ − D_i = V_j dO_iᵀ − D_i: d/16 k-steps each, two commit groups. The
+    // dP accumulator starts at −D_i instead of 0 (see the note on accuracy above).
     float S[B_r / 2], dP[B_r / 2];  // [n][2r + e] = (key_r, query row 8n + 2t + e of Q_i)
+#pragma unroll
+    for (int nt = 0; nt < B_r / 8; ++nt) {
+      const float2 dd = *reinterpret_cast<const float2*>(D_i + 8 * nt + 2 * t);
+      dP[4 * nt + 0] = dP[4 * nt + 2] = -dd.x;
+      dP[4 * nt + 1] = dP[4 * nt + 3] = -dd.y;
+    }
+    wgmma::pin(dP);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk)
@@ -606,7 +614,7 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk)
       wgmma::mma_ss<T, B_r>(dP, wgmma::desc<P>(V_s + 16 * kk / P * B_c * P + 64 * wg * P + 16 * kk % P, 16),
-                            wgmma::desc<P>(dO_i + 16 * kk / P * B_r * P + 16 * kk % P, 16), kk > 0);
+                            wgmma::desc<P>(dO_i + 16 * kk / P * B_r * P + 16 * kk % P, 16), true);
     wgmma::commit();
 
     // P_ijᵀ = exp2(S_ijᵀ·scale·log2 e − L_i·log2 e), while dP_ijᵀ is still being multiplied. The mask
@@ -658,8 +666,7 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
       for (int x = 0; x < 4; ++x) {
         const int nt = 2 * kk + x / 2, r = x % 2;  // the n-tile and the key row (g or g + 8) of word x
         const float2 pp = unpack2<T>(P_a[kk][x]);
-        const float2 dd = *reinterpret_cast<const float2*>(D_i + 8 * nt + 2 * t);
-        P_a[kk][x] = pack2<T>(pp.x * (dP[4 * nt + 2 * r] - dd.x), pp.y * (dP[4 * nt + 2 * r + 1] - dd.y));
+        P_a[kk][x] = pack2<T>(pp.x * dP[4 * nt + 2 * r], pp.y * dP[4 * nt + 2 * r + 1]);
       }
     uint32_t (&dS_a)[B_r / 16][4] = P_a;
     // dS_ijᵀ → shared memory for dQ_i: word x of dS_a[kk] is (key key0 + 8(x % 2), query rows
