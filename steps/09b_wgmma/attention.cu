@@ -595,14 +595,14 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
     }
     cp_async_commit();
 
-    // S_ijᵀ = K_j Q_iᵀ and dP_ijᵀ − D_i = V_j dO_iᵀ − D_i: d/16 k-steps each, two commit groups. The
-    // dP accumulator starts at −D_i instead of 0 (see the note on accuracy above).
+    // S_ijᵀ = K_j Q_iᵀ and dP_ijᵀ − D_i/2 = V_j dO_iᵀ − D_i/2: d/16 k-steps each, two commit groups.
+    // The dP accumulator starts at −D_i/2 instead of 0 (see the note on accuracy above).
     float S[B_r / 2], dP[B_r / 2];  // [n][2r + e] = (key_r, query row 8n + 2t + e of Q_i)
 #pragma unroll
     for (int nt = 0; nt < B_r / 8; ++nt) {
       const float2 dd = *reinterpret_cast<const float2*>(D_i + 8 * nt + 2 * t);
-      dP[4 * nt + 0] = dP[4 * nt + 2] = -dd.x;
-      dP[4 * nt + 1] = dP[4 * nt + 3] = -dd.y;
+      dP[4 * nt + 0] = dP[4 * nt + 2] = -0.5f * dd.x;
+      dP[4 * nt + 1] = dP[4 * nt + 3] = -0.5f * dd.y;
     }
     wgmma::pin(dP);
     wgmma::fence();
@@ -666,7 +666,8 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
       for (int x = 0; x < 4; ++x) {
         const int nt = 2 * kk + x / 2, r = x % 2;  // the n-tile and the key row (g or g + 8) of word x
         const float2 pp = unpack2<T>(P_a[kk][x]);
-        P_a[kk][x] = pack2<T>(pp.x * dP[4 * nt + 2 * r], pp.y * dP[4 * nt + 2 * r + 1]);
+        const float2 dd = *reinterpret_cast<const float2*>(D_i + 8 * nt + 2 * t);
+        P_a[kk][x] = pack2<T>(pp.x * (dP[4 * nt + 2 * r] - 0.5f * dd.x), pp.y * (dP[4 * nt + 2 * r + 1] - 0.5f * dd.y));
       }
     uint32_t (&dS_a)[B_r / 16][4] = P_a;
     // dS_ijᵀ → shared memory for dQ_i: word x of dS_a[kk] is (key key0 + 8(x % 2), query rows
