@@ -462,6 +462,18 @@ void launch_dot_do_o(const Problem& p, const T* o, const T* dO, float* D, float*
 // Tiles: B_c = 128 keys (2 warpgroups × 64). B_r = 128 query rows at d = 64 and 64 at d = 128, as in
 // step 09 (FlashAttention-2's own choice): registers per thread for the accumulators S_ijᵀ, dP_ijᵀ
 // (B_r/2 each), dK_j and dV_j (d/2 each) are 192 at either d, under the 255 a thread can have.
+//
+// A note on accuracy: dS_ij = P_ij ∘ (dP_ij − D_i) subtracts two nearly equal numbers wherever P_ij is
+// large (with one key, dP_ij = D_i exactly). The tensor cores' fp32 accumulation is not IEEE: each
+// k-step's sum is cut toward zero, not rounded, so an accumulator that grows from 0 to dP_ij ≈ D_i
+// (≈ 32 with the tests' Normal(0.5, 1) inputs) errs by a few ulps of 32, always in the same direction;
+// dK_j = τ Σ_i dS_ij Q_i then adds that bias over every row. The test that caught it (Ragged backward,
+// Nq = 17, Nk = 1, d = 128, fp16, Q × 20: dK is exactly 0, so the tolerance is the fp16 floor 4.9e-4)
+// used 270% of its tolerance with the accumulator started at 0. Started at −D_i it used 151%; started
+// at −D_i/2, so that it runs from −D_i/2 to about +D_i/2 and the cuts toward zero fall on both sides,
+// 57%, and the last subtraction, dP − D_i/2 with both near D_i/2, is exact (H200, docs/results/
+// explorations/2026-11-22-h200-run13-15-09b-dP-accuracy.txt). Step 09 subtracts D_i after its mma.sync
+// sums, as FlashAttention-2 does.
 template <int kD>
 struct Bwd {
   static constexpr int B_c = 128, B_r = kD <= 64 ? 128 : 64;
