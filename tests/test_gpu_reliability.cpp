@@ -172,7 +172,7 @@ TEST(GpuMemory, ARequestLargerThanTheDeviceNamesTheBytes) {
 
 // ---- The backward's determinism (issue 5) -----------------------------------------------------
 //
-// Step 09 sums dQ_i over the K/V column blocks j with atomicAdd into an fp32 buffer, in whatever order
+// Steps 09 and 09b sum dQ_i over the K/V column blocks j with atomicAdd into an fp32 buffer, in whatever order
 // the blocks finish; everything else (D, every dK_j, dV_j, the forward) is computed by one block each
 // in a fixed order. So, over repeated runs on the same inputs:
 //   O, L, dK, dV      bitwise identical;
@@ -193,10 +193,20 @@ double ulp_of(DType t, double x) {
   return std::ldexp(1.0, e - mant);
 }
 
-TEST(BackwardDeterminism, DkDvBitwiseAndDqWithinTheOrderOfItsSums) {
+// Every step with a backward (09, 09b: both sum dQ with atomics in the same way).
+std::vector<const Step*> backward_steps() {
+  std::vector<const Step*> out;
+  for (const Step& s : ladder())
+    if (s.gpu() && s.backward) out.push_back(&s);
+  return out;
+}
+
+class BackwardDeterminism : public ::testing::TestWithParam<const Step*> {};
+
+TEST_P(BackwardDeterminism, DkDvBitwiseAndDqWithinTheOrderOfItsSums) {
   FL_NEED_GPU();
-  const Step* s = find_step("09");
-  ASSERT_TRUE(s && s->has_backward());
+  const Step* s = GetParam();
+  ASSERT_TRUE(s && s->has_backward()) << (s ? s->folder : "?") << " declares a backward but this build has none";
   Problem p;
   p.B = 2; p.H = 6; p.H_kv = 2; p.Nq = 300; p.Nk = 1025; p.d = 64; p.causal = false; p.dtype = DType::f16;
   const Inputs in = make_inputs(p, 36);
@@ -250,9 +260,13 @@ TEST(BackwardDeterminism, DkDvBitwiseAndDqWithinTheOrderOfItsSums) {
     }
   }
   EXPECT_EQ(differ, 0) << "dQ elements beyond the bound of a reordered fp32 sum";
-  std::cout << "  dQ over " << kRuns << " runs: largest difference " << 100 * worst << "% of its bound (max |dQ| "
-            << max_dq << ", n = " << n << " column blocks per row)\n";
+  std::cout << "  [" << s->folder << "] dQ over " << kRuns << " runs: largest difference " << 100 * worst
+            << "% of its bound (max |dQ| " << max_dq << ", n = " << n << " column blocks per row)\n";
 }
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BackwardDeterminism);
+INSTANTIATE_TEST_SUITE_P(Steps, BackwardDeterminism, ::testing::ValuesIn(backward_steps()),
+                         [](const ::testing::TestParamInfo<const Step*>& i) { return i.param->folder; });
 
 }  // namespace
 }  // namespace fl::test
