@@ -7,7 +7,7 @@
 // of 3" below says how the products are turned so that P_ijᵀ and dS_ijᵀ are wgmma operands as they
 // come out of the accumulators.
 //
-// Why: step 09 reached 0.82–0.89 of PyTorch's FlashAttention-2 backward at N ≥ 4096 on the H200
+// Why: step 09 reached 0.82–0.96 of PyTorch's FlashAttention-2 backward at N ≥ 4096 on the H200
 // (docs/results/2026-11-22-h200-run8-torch.*): with mma.sync every operand passes through ldmatrix
 // and the register file, and P_ij and dS_ij make a round trip through shared memory each.
 //
