@@ -1,6 +1,6 @@
 # flashladder — docs/build_docs.cmake: builds the Doxygen site (the `docs` target and the docs.build test).
 #   cmake -DPYTHON=… -DROOT=… -DPAGES=… -DOUT=… -DDOXYGEN=… -DDOXYFILE=… -DMATHJAX=… -P build_docs.cmake
-# 1. tools/docs_pages.py writes the generated pages (front page, ladder, step pages with their diffs,
+# 1. scripts/docs_pages.py writes the generated pages (front page, ladder, step pages with their diffs,
 #    theory pages with the measured ceilings) into PAGES;
 # 2. the parts of Debian's MathJax that the pages load are copied next to them (offline formulas);
 # 3. Doxygen runs; any warning fails the build, and the warnings are printed.
@@ -10,10 +10,10 @@ foreach(v PYTHON ROOT PAGES OUT DOXYGEN DOXYFILE MATHJAX)
   endif()
 endforeach()
 
-execute_process(COMMAND "${PYTHON}" "${ROOT}/tools/docs_pages.py" --root "${ROOT}" --out "${PAGES}"
+execute_process(COMMAND "${PYTHON}" "${ROOT}/scripts/docs_pages.py" --root "${ROOT}" --out "${PAGES}"
                 RESULT_VARIABLE rc)
 if(rc)
-  message(FATAL_ERROR "docs: tools/docs_pages.py failed (${rc})")
+  message(FATAL_ERROR "docs: scripts/docs_pages.py failed (${rc})")
 endif()
 
 # MathJax 2: the loader, TeX input, HTML-CSS output, its TeX web fonts, the extensions and English.

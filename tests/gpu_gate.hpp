@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "common/runner.hpp"
+#include "app/runner.hpp"
 
 namespace fl::test {
 

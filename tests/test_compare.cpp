@@ -6,7 +6,7 @@
 
 #include "common/compare.hpp"
 #include "common/tensor.hpp"
-#include "common/timing.hpp"
+#include "app/timing.hpp"
 
 namespace fl {
 namespace {

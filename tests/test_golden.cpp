@@ -10,7 +10,7 @@
 #include <fstream>
 #include <unistd.h>
 
-#include "common/runner.hpp"
+#include "app/runner.hpp"
 #include "reference/golden.hpp"
 #include "reference/verify.hpp"
 

@@ -100,7 +100,7 @@ TEST_P(GpuStep, ImpossibleRequestsAreRefusedWithTheReason) {
 // crash, for every GPU step, forward and backward. The problem is valid for every step's limits():
 // B·H = 4096 heads of Nq = 2^20 rows at d = 128 (Nk = 16 keeps step 03's tile grid under 2^31 blocks)
 // make Q alone 2^39 fp16 elements, 1 TiB. Step 03 refuses it in limits() (its S and P would need
-// 2^39 bytes); the others fail in cudaMalloc, which common/gpu.cu reports with the step, the phase,
+// 2^39 bytes); the others fail in cudaMalloc, which app/gpu.cu reports with the step, the phase,
 // the tensor and the bytes. The inputs are left empty: nothing is uploaded before the allocations
 // fail, and host vectors of 2^39 floats could not exist anyway.
 Problem too_large_for_any_device() {

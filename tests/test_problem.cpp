@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "common/runner.hpp"
+#include "app/runner.hpp"
 #include "steps/ladder.hpp"
 
 namespace fl {

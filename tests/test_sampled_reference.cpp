@@ -11,7 +11,7 @@
 
 #include "sampled_reference.hpp"
 #include "steps/ladder.hpp"
-#include "common/runner.hpp"
+#include "app/runner.hpp"
 
 namespace fl::test {
 namespace {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""flashladder — tests/test_sanitize_table.py: tools/sanitize_table.py on a made-up sanitize log
+"""flashladder — tests/test_sanitize_table.py: scripts/sanitize_table.py on a made-up sanitize log
 (tests/data/sanitize_sample.log) holding each thing the table must get right: a shared run whose error is
 found again when its steps run alone, errors beyond the printed ones (print limit), a racecheck error and
 a racecheck warning, a run that timed out, a failed oracle check, a run left out for the time budget, a
@@ -12,7 +12,7 @@ import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tools"))
+sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
 import sanitize_table as st  # noqa: E402
 
 SAMPLE = os.path.join(HERE, "data", "sanitize_sample.log")
@@ -90,7 +90,7 @@ class SanitizeTable(unittest.TestCase):
     def test_the_table_and_the_json(self):
         with tempfile.TemporaryDirectory() as tmp:
             md, js = os.path.join(tmp, "t.md"), os.path.join(tmp, "t.json")
-            r = subprocess.run([sys.executable, os.path.join(HERE, "..", "tools", "sanitize_table.py"), SAMPLE,
+            r = subprocess.run([sys.executable, os.path.join(HERE, "..", "scripts", "sanitize_table.py"), SAMPLE,
                                 "--md", md, "--json", js], capture_output=True, text=True)
             self.assertEqual(r.returncode, 0, r.stderr)
             with open(md, encoding="utf-8") as f:
@@ -109,7 +109,7 @@ class SanitizeTable(unittest.TestCase):
         with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
             f.write("nothing here\n")
         try:
-            r = subprocess.run([sys.executable, os.path.join(HERE, "..", "tools", "sanitize_table.py"), f.name],
+            r = subprocess.run([sys.executable, os.path.join(HERE, "..", "scripts", "sanitize_table.py"), f.name],
                                capture_output=True, text=True)
             self.assertEqual(r.returncode, 2)
             self.assertIn("no '### sanitize' runs", r.stderr)

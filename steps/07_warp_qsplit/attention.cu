@@ -22,7 +22,7 @@
 #include <string>
 #include <type_traits>
 
-#include "common/cuda.cuh"
+#include "steps/device/math.cuh"
 #include "steps/ladder.hpp"
 
 namespace fl::s07 {

@@ -3,7 +3,7 @@
 // Step 07's scheme: one thread block per (Q_i, batch·head), warps that each own whole rows of Q_i,
 // S_ij and O_i, and K_j, V_j shared by the warps in shared memory. What changes is who does the two
 // matrix products of the inner loop: the tensor cores, through `mma.sync` m16n8k16 (fp16/bf16
-// operands, fp32 accumulators; wrappers and the PTX fragment layouts in common/mma.cuh).
+// operands, fp32 accumulators; wrappers and the PTX fragment layouts in steps/device/mma.cuh).
 //
 //   S_ij  = Q_i K_jᵀ     A = Q_i (ldmatrix from shared memory), B = K_jᵀ (ldmatrix of K_j's rows),
 //                        accumulated in fp32 registers: S_ij never exists in shared memory
@@ -28,8 +28,8 @@
 #include <string>
 #include <type_traits>
 
-#include "common/cuda.cuh"
-#include "common/mma.cuh"
+#include "steps/device/math.cuh"
+#include "steps/device/mma.cuh"
 #include "steps/ladder.hpp"
 
 namespace fl::s08a {

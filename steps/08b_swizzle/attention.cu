@@ -21,8 +21,8 @@
 #include <string>
 #include <type_traits>
 
-#include "common/cuda.cuh"
-#include "common/mma.cuh"
+#include "steps/device/math.cuh"
+#include "steps/device/mma.cuh"
 #include "steps/ladder.hpp"
 
 namespace fl::s08b {

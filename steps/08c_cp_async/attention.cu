@@ -6,7 +6,7 @@
 // idle for one device-memory latency (about a microsecond) every iteration, and the loads cannot start
 // earlier because the single K/V buffer is still being read.
 //
-// Now there are two buffers for K and two for V, and the copies are cp.async (common/mma.cuh): they
+// Now there are two buffers for K and two for V, and the copies are cp.async (steps/device/mma.cuh): they
 // go from device memory to shared memory without registers and without stopping the thread. At the
 // top of iteration j the block waits for K_j, V_j (issued one iteration earlier), then immediately
 // issues K_{j+1}, V_{j+1} into the other buffers, and computes on K_j, V_j while they are in flight.
@@ -21,8 +21,8 @@
 #include <string>
 #include <type_traits>
 
-#include "common/cuda.cuh"
-#include "common/mma.cuh"
+#include "steps/device/math.cuh"
+#include "steps/device/mma.cuh"
 #include "steps/ladder.hpp"
 
 namespace fl::s08c {

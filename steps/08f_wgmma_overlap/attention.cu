@@ -32,9 +32,9 @@
 #include <string>
 #include <type_traits>
 
-#include "common/cuda.cuh"
-#include "common/mma.cuh"
-#include "common/wgmma.cuh"
+#include "steps/device/math.cuh"
+#include "steps/device/mma.cuh"
+#include "steps/device/wgmma.cuh"
 #include "steps/ladder.hpp"
 
 namespace fl::s08f {
@@ -56,7 +56,7 @@ struct Tiles {
 };
 
 // Offset of element (row, col) of a [ROWS][d] tile in shared memory, stored as d/P panels [ROWS][P]
-// one after the other (the layout wgmma reads, common/wgmma.cuh), the 16-byte chunk c of a panel row
+// one after the other (the layout wgmma reads, steps/device/wgmma.cuh), the 16-byte chunk c of a panel row
 // stored at chunk c ^ swizzle(row):
 //   P = 64 (d = 64, 128, 256): rows of 128 bytes, swizzle = row % 8 (the 128-byte swizzle).
 //   P = 32 (d = 32, 96): rows of 64 bytes, swizzle = row / 2 % 4 (the 64-byte swizzle).
@@ -91,7 +91,7 @@ __device__ __forceinline__ void load_tile(T* tile, const T* block, int rows_left
 // One thread block computes O_i and L_i for one Q_i (B_r rows) of one (batch, head).
 // Fragment names: lane = 4·g + t; in m-tile mt (rows 64·mt … 64·mt + 63 of Q_i) warp w holds rows
 // 64·mt + 16w + g and + 8, and in each 8-column n-tile the columns 2t and 2t + 1: the accumulator of
-// wgmma m64nNk16 is, per warp, the mma.m16n8 layout of 08d (common/wgmma.cuh). Row and key indices
+// wgmma m64nNk16 is, per warp, the mma.m16n8 layout of 08d (steps/device/wgmma.cuh). Row and key indices
 // are 32-bit (limits() keeps Nq, Nk below 2^30); offsets into the tensors are 64-bit.
 template <class T, int d>
 __global__ void __launch_bounds__(Tiles<d>::kThreads, Tiles<d>::kBlocksPerSM)

@@ -29,7 +29,7 @@
 // register-resident trick of the forward cannot give: a thread's accumulator holds two neighbouring
 // columns of one row, and the A operand of P_ijᵀ dO_i needs two neighbouring *rows* of P_ij.
 //
-// Fragment names, as in common/mma.cuh: lane = 4·g + t; a thread holds rows g and g + 8 of each 16-row
+// Fragment names, as in steps/device/mma.cuh: lane = 4·g + t; a thread holds rows g and g + 8 of each 16-row
 // m-tile, and columns 2t, 2t + 1 of each 8-column n-tile. acc[mt][nt][e]: e = 0, 1 row g, e = 2, 3
 // row g + 8; e & 1 the column 2t + (e & 1).
 #include <algorithm>
@@ -39,8 +39,8 @@
 #include <string>
 #include <type_traits>
 
-#include "common/cuda.cuh"
-#include "common/mma.cuh"
+#include "steps/device/math.cuh"
+#include "steps/device/mma.cuh"
 #include "steps/ladder.hpp"
 
 namespace fl::s09 {
@@ -88,7 +88,7 @@ __device__ __forceinline__ void load_rows(T* tile, const T* block, int valid, in
   }
 }
 
-// Operand fragments of one m16n8k16 from shared memory (layouts: common/mma.cuh). In every loader a
+// Operand fragments of one m16n8k16 from shared memory (layouts: steps/device/mma.cuh). In every loader a
 // lane supplies the address of row r = lane % 8 of the 8×8 matrix `mat` = lane / 8; ldmatrix hands
 // register `mat` of lane (g, t) the elements (g, 2t..2t+1) of that matrix, or with .trans the
 // elements (2t..2t+1, g), i.e. the matrix transposed.

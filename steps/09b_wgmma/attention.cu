@@ -14,10 +14,10 @@
 // The forward is here too, because the backward needs this step's own O and L: a plain tensor-core
 // FA2 forward (step 09's). It is not the timed part.
 //
-// Fragment names, as in common/mma.cuh: lane = 4·g + t; a thread holds rows g and g + 8 of each 16-row
+// Fragment names, as in steps/device/mma.cuh: lane = 4·g + t; a thread holds rows g and g + 8 of each 16-row
 // m-tile, and columns 2t, 2t + 1 of each 8-column n-tile. acc[mt][nt][e]: e = 0, 1 row g, e = 2, 3
 // row g + 8; e & 1 the column 2t + (e & 1). A wgmma m64nN accumulator is, per warp of the warpgroup,
-// N/8 such tiles side by side (common/wgmma.cuh).
+// N/8 such tiles side by side (steps/device/wgmma.cuh).
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -25,9 +25,9 @@
 #include <string>
 #include <type_traits>
 
-#include "common/cuda.cuh"
-#include "common/mma.cuh"
-#include "common/wgmma.cuh"
+#include "steps/device/math.cuh"
+#include "steps/device/mma.cuh"
+#include "steps/device/wgmma.cuh"
 #include "steps/ladder.hpp"
 
 namespace fl::s09b {
@@ -75,7 +75,7 @@ __device__ __forceinline__ void load_rows(T* tile, const T* block, int valid, in
   }
 }
 
-// Operand fragments of one m16n8k16 from shared memory (layouts: common/mma.cuh). In every loader a
+// Operand fragments of one m16n8k16 from shared memory (layouts: steps/device/mma.cuh). In every loader a
 // lane supplies the address of row r = lane % 8 of the 8×8 matrix `mat` = lane / 8; ldmatrix hands
 // register `mat` of lane (g, t) the elements (g, 2t..2t+1) of that matrix, or with .trans the
 // elements (2t..2t+1, g), i.e. the matrix transposed.

@@ -1,12 +1,12 @@
-// flashladder — common/record.cpp
-#include "common/record.hpp"
+// flashladder — app/record.cpp
+#include "app/record.hpp"
 
 #include <array>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 
-#include "common/runner.hpp"
+#include "app/runner.hpp"
 
 #ifndef FLASHLADDER_SOURCE_DIR
 #define FLASHLADDER_SOURCE_DIR "."

@@ -1,5 +1,5 @@
-// flashladder — tools/baselines_nogpu.cpp: the cuBLAS baselines in a build without CUDA.
-#include "tools/commands.hpp"
+// flashladder — app/baselines_nogpu.cpp: the cuBLAS baselines in a build without CUDA.
+#include "app/commands.hpp"
 
 namespace fl::cli {
 static const char* kNo = "the cuBLAS baselines need a build with CUDA and a CUDA device";

@@ -1,4 +1,4 @@
-// flashladder — common/runner.hpp: run a registered step once (checked) or many times (timed).
+// flashladder — app/runner.hpp: run a registered step once (checked) or many times (timed).
 //
 // Every run: inputs uploaded, outputs and workspace poisoned with NaN (so an unwritten element can
 // never pass), the step launched, every CUDA call and the launch checked, results copied back.
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/tensor.hpp"
-#include "common/timing.hpp"
+#include "app/timing.hpp"
 #include "steps/ladder.hpp"
 
 namespace fl {
@@ -43,7 +43,7 @@ struct DeviceInfo {
 /// no device, driver error).
 std::optional<DeviceInfo> gpu_device(std::string* why);
 
-/// Implemented in common/gpu.cu (or common/nogpu.cpp in builds without CUDA).
+/// Implemented in app/gpu.cu (or app/nogpu.cpp in builds without CUDA).
 Outputs run_step_gpu(const Step& s, const Inputs& in, bool backward);
 Stats time_step_gpu(const Step& s, const Problem& p, bool backward, const TimeOptions& opt);
 

@@ -1,4 +1,4 @@
-// flashladder — common/wgmma.cuh: thin wrappers over Hopper's warpgroup matrix instructions (sm_90a),
+// flashladder — steps/device/wgmma.cuh: thin wrappers over Hopper's warpgroup matrix instructions (sm_90a),
 // used from step 08e on. Each is one PTX instruction; the layouts are those of the PTX ISA,
 // "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions" (wgmma):
 //

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""flashladder — tools/profile_pair.py: one launch each of our forward/backward and of PyTorch's
+"""flashladder — scripts/profile_pair.py: one launch each of our forward/backward and of PyTorch's
 FlashAttention-2 (SDPA pinned to FLASH_ATTENTION) on the same inputs, for Nsight Compute to profile side
 by side. Run it under ncu (tools/device-run's `profile` stage does):
 
   ncu --clock-control none -k regex:'attention_kernel|backward_kernel|flash_fwd|flash_bwd' \
-      python3 tools/profile_pair.py --lib build-gpu/libflashladder_capi.so
+      python3 scripts/profile_pair.py --lib build-gpu/libflashladder_capi.so
 
 Each side runs twice (the first launch loads modules; ncu's --launch-skip can drop it). Nothing is timed
-here: the benchmark and tools/compare_torch.py time; this only gives the profiler the same work.
+here: the benchmark and scripts/compare_torch.py time; this only gives the profiler the same work.
 """
 import argparse
 import sys

@@ -1,4 +1,4 @@
-// flashladder — tools/ladder_cmd.cpp: the ladder table, the step list and the step diff.
+// flashladder — app/ladder_cmd.cpp: the ladder table, the step list and the step diff.
 #include <Eigen/Dense>
 #include <cmath>
 #include <cstdio>
@@ -9,9 +9,9 @@
 #include <map>
 #include <sstream>
 
-#include "common/record.hpp"
+#include "app/record.hpp"
 #include "reference/verify.hpp"
-#include "tools/commands.hpp"
+#include "app/commands.hpp"
 
 namespace fl::cli {
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""flashladder — tools/compare_torch.py: the last step-08 kernel (and step 09's backward) beside
+"""flashladder — scripts/compare_torch.py: the last step-08 kernel (and step 09's backward) beside
 PyTorch's scaled_dot_product_attention with the backend pinned, on the same GPU, same inputs, same run.
 
 Both sides are timed the same way: CUDA events around each launch, warm-up first, the median of

@@ -1,4 +1,4 @@
-// flashladder — tools/oracle_cmd.cpp: `oracle generate`, `oracle check` and `run`, the oracle for
+// flashladder — app/oracle_cmd.cpp: `oracle generate`, `oracle check` and `run`, the oracle for
 // implementations outside the project. The work is in reference/golden.cpp (also in the installed
 // package); this file prints it.
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "reference/golden.hpp"
-#include "tools/commands.hpp"
+#include "app/commands.hpp"
 
 namespace fl::cli {
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""flashladder — tools/docs_pages.py: the Markdown pages of the Doxygen site, generated at build time.
+"""flashladder — scripts/docs_pages.py: the Markdown pages of the Doxygen site, generated at build time.
 
-    tools/docs_pages.py --root <repository> --out <build dir>/pages
+    scripts/docs_pages.py --root <repository> --out <build dir>/pages
 
 Writes into --out (never into the sources):
   mainpage.md          README.md, as the site's front page

@@ -1,4 +1,4 @@
-// flashladder — tools/capi.cpp: C entry points so Python can call any registered step on tensors
+// flashladder — app/capi.cpp: C entry points so Python can call any registered step on tensors
 // it owns (PyTorch's device pointers), for the comparison with scaled_dot_product_attention.
 //
 //   fl_workspace_bytes(step, problem…, backward)            scratch the call needs (caller allocates)

@@ -1,4 +1,4 @@
-// flashladder — common/record.hpp: one benchmark result as a JSON object (a line of docs/results/*.jsonl).
+// flashladder — app/record.hpp: one benchmark result as a JSON object (a line of docs/results/*.jsonl).
 //
 // The fields of ../shared/design/ladder.md keep their names: impl, pass, dtype, B, H, H_kv, Nq, Nk,
 // d, causal, median_ms, min_ms, p90_ms, tflops, tol_used, device, sm_count, cuda, driver, commit,
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "common/problem.hpp"
-#include "common/timing.hpp"
+#include "app/timing.hpp"
 
 namespace fl {
 

@@ -1,4 +1,4 @@
-// flashladder — common/timing.hpp: summary statistics of repeated timings.
+// flashladder — app/timing.hpp: summary statistics of repeated timings.
 #pragma once
 
 #include <chrono>
@@ -14,7 +14,7 @@ struct Stats {
 /// Median, minimum and 90th percentile (nearest rank) of the samples, in milliseconds.
 Stats summarize(std::vector<double> ms);
 
-/// Steady-clock stopwatch for CPU steps (GPU steps are timed with CUDA events in common/gpu.cu).
+/// Steady-clock stopwatch for CPU steps (GPU steps are timed with CUDA events in app/gpu.cu).
 class Stopwatch {
  public:
   Stopwatch() : t0_(std::chrono::steady_clock::now()) {}

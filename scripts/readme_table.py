@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""flashladder — tools/readme_table.py: the ladder table of README.md, written from docs/results/*.jsonl.
+"""flashladder — scripts/readme_table.py: the ladder table of README.md, written from docs/results/*.jsonl.
 
-    tools/readme_table.py           rewrite the block between the markers in README.md (and in every
+    scripts/readme_table.py           rewrite the block between the markers in README.md (and in every
                                     steps/*/README.md that has the step-measured markers)
-    tools/readme_table.py --check   exit 1 (and show the difference) when a README and the results disagree
-    tools/readme_table.py --print   print the block, change nothing
+    scripts/readme_table.py --check   exit 1 (and show the difference) when a README and the results disagree
+    scripts/readme_table.py --print   print the block, change nothing
 
 The block sits between `<!-- ladder-table:begin -->` and `<!-- ladder-table:end -->`; everything else in
 README.md belongs to its authors and is left alone. The rows are the steps of steps/ladder.cpp in ladder
@@ -56,7 +56,7 @@ def block(root: str) -> str:
     records = flr.load_records(root)
     view = flr.headline_view(steps, records)
     lines = [BEGIN,
-             "<!-- Written by tools/readme_table.py from docs/results/*.jsonl; edit those, not this block. -->"]
+             "<!-- Written by scripts/readme_table.py from docs/results/*.jsonl; edit those, not this block. -->"]
     if os.path.exists(os.path.join(root, PLOT)):
         lines += ["", f"![TFLOP/s of each step against N, with PyTorch's FlashAttention-2 and cuDNN]({PLOT})"]
     lines += ["",
@@ -121,7 +121,7 @@ STEP_END = "<!-- step-measured:end -->"
 def step_block(root: str, step, prev, view, bwd_view) -> str:
     """The measured effect of one step at the headline problem, for its README: its time, the step
     before it, and PyTorch's FlashAttention-2 on the same GPU (the records the README table shows)."""
-    lines = [STEP_BEGIN, "<!-- Written by tools/readme_table.py from docs/results/*.jsonl; edit those, not this block. -->"]
+    lines = [STEP_BEGIN, "<!-- Written by scripts/readme_table.py from docs/results/*.jsonl; edit those, not this block. -->"]
     rows = view.cpu_rows if step.where == "cpu" else view.rows
     rec = rows.get(step.folder)
     if rec is None:
@@ -194,7 +194,7 @@ def main() -> int:
     readme = os.path.join(a.root, "README.md")
     if not os.path.exists(readme):
         if a.check:
-            print("readme_table: README.md does not exist; run tools/readme_table.py to create it", file=sys.stderr)
+            print("readme_table: README.md does not exist; run scripts/readme_table.py to create it", file=sys.stderr)
             return 1
         with open(readme, "w", encoding="utf-8") as f:
             f.write(new + "\n")
@@ -221,7 +221,7 @@ def main() -> int:
                                                            f"{rel} (committed)", f"{rel} (from docs/results)"))
                 bad += 1
         if bad:
-            print("\nreadme_table: README.md or a step README disagrees with docs/results; run tools/readme_table.py")
+            print("\nreadme_table: README.md or a step README disagrees with docs/results; run scripts/readme_table.py")
             return 1
         print(f"readme_table: README.md's table and {len(steps_md)} step READMEs agree with docs/results")
         return 0

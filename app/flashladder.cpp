@@ -1,4 +1,4 @@
-// flashladder — tools/flashladder.cpp: the command-line program.
+// flashladder — app/flashladder.cpp: the command-line program.
 //
 //   flashladder                 the ladder: every step this machine can run, checked and timed
 //   flashladder steps           the list of steps
@@ -14,7 +14,7 @@
 #include <iostream>
 #include <new>
 
-#include "tools/commands.hpp"
+#include "app/commands.hpp"
 
 int main(int argc, char** argv) {
   using namespace fl::cli;
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   bench->add_option("--reps", bench_o.time.reps, "Timed repetitions")->capture_default_str();
   bench->add_option("--warmup", bench_o.time.warmup, "Warm-up repetitions")->capture_default_str();
 
-  // The oracle for other implementations (tools/oracle_cmd.cpp).
+  // The oracle for other implementations (app/oracle_cmd.cpp).
   CLI::App* oracle = app.add_subcommand("oracle", "Golden files for other implementations, and the check of theirs");
   oracle->require_subcommand(1);
   ProblemOptions gen_prob;

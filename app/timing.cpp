@@ -1,5 +1,5 @@
-// flashladder — common/timing.cpp
-#include "common/timing.hpp"
+// flashladder — app/timing.cpp
+#include "app/timing.hpp"
 
 #include <algorithm>
 #include <cmath>

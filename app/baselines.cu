@@ -1,4 +1,4 @@
-// flashladder — tools/baselines.cu: what the ladder is measured against, on the same GPU, same run.
+// flashladder — app/baselines.cu: what the ladder is measured against, on the same GPU, same run.
 //
 //   cublas_gemm        cuBLAS's dense matrix product (n×n×n): the "% of peak" denominator
 //   cublas_attention   standard attention as a user writes it without FlashAttention: batched GEMM for
@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "common/cuda.cuh"
-#include "tools/commands.hpp"
+#include "steps/device/math.cuh"
+#include "app/commands.hpp"
 
 namespace fl::cli {
 
@@ -18,7 +18,7 @@ namespace {
 
 void cublas_check(cublasStatus_t s, const char* call, int line) {
   if (s != CUBLAS_STATUS_SUCCESS)
-    throw Error(std::string("cuBLAS error in ") + call + " at tools/baselines.cu:" + std::to_string(line) + ": " +
+    throw Error(std::string("cuBLAS error in ") + call + " at app/baselines.cu:" + std::to_string(line) + ": " +
                 cublasGetStatusString(s));
 }
 #define FL_CUBLAS(call) cublas_check((call), #call, __LINE__)

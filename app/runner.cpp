@@ -1,5 +1,5 @@
-// flashladder — common/runner.cpp: the CPU path, and dispatch to the GPU path.
-#include "common/runner.hpp"
+// flashladder — app/runner.cpp: the CPU path, and dispatch to the GPU path.
+#include "app/runner.hpp"
 
 #include <cstring>
 

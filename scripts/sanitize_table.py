@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""flashladder — tools/sanitize_table.py: the compute-sanitizer log of tools/device-run as a table.
+"""flashladder — scripts/sanitize_table.py: the compute-sanitizer log of tools/device-run as a table.
 
-    tools/sanitize_table.py SANITIZE.LOG [--md TABLE.md] [--json TABLE.json] [--title TEXT]
+    scripts/sanitize_table.py SANITIZE.LOG [--md TABLE.md] [--json TABLE.json] [--title TEXT]
 
 tools/device-run's `sanitize` stage runs `compute-sanitizer --tool T flashladder check --steps S --backward
 -d D ...` for every tool T and head dim D, with every GPU step that supports D in one run, and again one

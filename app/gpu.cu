@@ -1,9 +1,9 @@
-// flashladder — common/gpu.cu: the GPU path of the runner (upload, poison, launch, check, time).
+// flashladder — app/gpu.cu: the GPU path of the runner (upload, poison, launch, check, time).
 #include <algorithm>
 #include <cstring>
 
 #include "common/cuda.cuh"
-#include "common/runner.hpp"
+#include "app/runner.hpp"
 
 namespace fl {
 

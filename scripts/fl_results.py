@@ -1,13 +1,13 @@
-"""flashladder — tools/fl_results.py: the step list and the benchmark records, for the docs scripts.
+"""flashladder — scripts/fl_results.py: the step list and the benchmark records, for the docs scripts.
 
-Shared by tools/readme_table.py, tools/docs_pages.py and notebooks/results.ipynb (standard library
+Shared by scripts/readme_table.py, scripts/docs_pages.py and notebooks/results.ipynb (standard library
 only, so it runs on any Python 3.9+):
 
   parse_ladder(root)   the steps, in ladder order, read from steps/ladder.cpp (THE list of steps)
   load_records(root)   every record of docs/results/*.jsonl, in file order (one JSON object per line)
   headline_view(...)   for the headline problem: the device to report and, per impl, the record to show
 
-The records' fields are those of common/record.hpp: impl, pass, dtype, B, H, H_kv, Nq, Nk, d, causal,
+The records' fields are those of app/record.hpp: impl, pass, dtype, B, H, H_kv, Nq, Nk, d, causal,
 median_ms, min_ms, p90_ms, tflops, tol_used, device, sm_count, cuda, driver, commit, date (and, from
 `flashladder`, extra_bytes, reps and pass_check).
 """
@@ -84,7 +84,7 @@ def parse_ladder(root: str) -> list[Step]:
     listed = re.findall(r'\{\s*"\w+"\s*,\s*"\d\d\w*"\s*,', text)
     if not steps or len(steps) != len(listed):
         raise RuntimeError(f"{path}: read {len(steps)} of {len(listed)} step entries: has the format of "
-                           "the list changed? (tools/fl_results.py parse_ladder reads it)")
+                           "the list changed? (scripts/fl_results.py parse_ladder reads it)")
     return steps
 
 

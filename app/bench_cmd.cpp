@@ -1,4 +1,4 @@
-// flashladder — tools/bench_cmd.cpp: `flashladder check` (steps against the oracle, untimed: what
+// flashladder — app/bench_cmd.cpp: `flashladder check` (steps against the oracle, untimed: what
 // compute-sanitizer runs) and `flashladder bench` (the benchmark of ladder.md: ceilings, the headline
 // problem for every step with cuBLAS standard attention beside it, and the FA2 sweep).
 #include <cmath>
@@ -8,9 +8,9 @@
 #include <map>
 #include <sstream>
 
-#include "common/record.hpp"
+#include "app/record.hpp"
 #include "reference/verify.hpp"
-#include "tools/commands.hpp"
+#include "app/commands.hpp"
 
 namespace fl::cli {
 

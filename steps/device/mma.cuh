@@ -1,4 +1,4 @@
-// flashladder — common/mma.cuh: thin wrappers over the tensor-core and async-copy instructions that
+// flashladder — steps/device/mma.cuh: thin wrappers over the tensor-core and async-copy instructions that
 // steps 08 and 09 use. Each is one PTX instruction; the fragment layouts are those of the PTX ISA,
 // "Matrix fragments for mma.m16n8k16" and "ldmatrix" (warp-level matrix load):
 //

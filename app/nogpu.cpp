@@ -1,5 +1,5 @@
-// flashladder — common/nogpu.cpp: the GPU entry points in a build without CUDA.
-#include "common/runner.hpp"
+// flashladder — app/nogpu.cpp: the GPU entry points in a build without CUDA.
+#include "app/runner.hpp"
 
 namespace fl {
 

@@ -1,4 +1,4 @@
-// flashladder — tools/commands.hpp: the subcommands of the flashladder program.
+// flashladder — app/commands.hpp: the subcommands of the flashladder program.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/problem.hpp"
-#include "common/runner.hpp"
+#include "app/runner.hpp"
 
 namespace fl::cli {
 
@@ -50,7 +50,7 @@ int run_check(const ProblemOptions& po, const std::string& steps, bool backward)
 int list_steps(bool names_only = false, bool gpu_only = false, int64_t head_dim = 0);
 int show_diff(const std::string& step);
 
-/// The oracle for other implementations (tools/oracle_cmd.cpp): golden files, their check, and any
+/// The oracle for other implementations (app/oracle_cmd.cpp): golden files, their check, and any
 /// step run on .npy inputs. Exit 0 pass, 1 a failed check, 2 bad input (fl::Error).
 int oracle_generate(const ProblemOptions& po, const std::string& out_dir);
 int oracle_check(const std::string& golden_dir, const std::string& candidate_dir, bool backward);

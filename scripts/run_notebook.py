@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""flashladder — tools/run_notebook.py: execute one notebook headless, as the test suite does.
+"""flashladder — scripts/run_notebook.py: execute one notebook headless, as the test suite does.
 
-    tools/run_notebook.py notebooks/online_softmax.ipynb [--out DIR] [--img-dir DIR]
+    scripts/run_notebook.py notebooks/online_softmax.ipynb [--out DIR] [--img-dir DIR]
 
 1. The committed notebook must carry no outputs (outputs stay out of git: they would make every run a
    diff); a notebook with outputs fails here with the command that strips them.

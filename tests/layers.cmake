@@ -1,0 +1,28 @@
+# flashladder — tests/layers.cmake: the folders are layers and every #include points down.
+#   common/     includes nothing of ours but common/
+#   reference/  common/ and reference/
+#   steps/      common/ and steps/   (never app/: the program sits above the ladder)
+# Run: cmake -DROOT=<source dir> -P layers.cmake. Fails naming each file and include that points up.
+cmake_policy(VERSION 3.25)
+set(allowed_common "common")
+set(allowed_reference "common;reference")
+set(allowed_steps "common;steps")
+set(bad "")
+foreach(layer common reference steps)
+  file(GLOB_RECURSE files "${ROOT}/${layer}/*.hpp" "${ROOT}/${layer}/*.cpp" "${ROOT}/${layer}/*.cu" "${ROOT}/${layer}/*.cuh")
+  foreach(f IN LISTS files)
+    file(STRINGS "${f}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"[^\"]+\"")
+    foreach(line IN LISTS lines)
+      string(REGEX REPLACE "^[^\"]*\"([^\"]+)\".*$" "\\1" inc "${line}")
+      string(REGEX MATCH "^[^/]+" top "${inc}")
+      if(inc MATCHES "/" AND NOT top IN_LIST allowed_${layer})
+        file(RELATIVE_PATH rel "${ROOT}" "${f}")
+        string(APPEND bad "\n  ${rel} includes ${inc} (${layer}/ may include only: ${allowed_${layer}})")
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+if(bad)
+  message(FATAL_ERROR "an include points up a layer:${bad}")
+endif()
+message(STATUS "layers: every include of common/, reference/ and steps/ points down")
