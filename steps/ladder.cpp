@@ -21,6 +21,7 @@ FL_GPU_STEP(s08d)
 FL_GPU_STEP(s08e)
 FL_GPU_STEP(s08f)
 FL_GPU_STEP(s08g)
+FL_GPU_STEP(s08h)
 FL_GPU_STEP(s09)
 FL_GPU_STEP(s09b)
 #define FL_GPU(x) (&(x))
@@ -34,6 +35,7 @@ const std::vector<int64_t> kAnyD = {};
 const std::vector<int64_t> kCudaCoreD = {64, 128};
 const std::vector<int64_t> kFa2D = {32, 64, 96, 128, 256};  // the head dims FlashAttention-2 ships
 const std::vector<int64_t> kBwdD = {32, 64, 96, 128};
+const std::vector<int64_t> kTmaD = {64, 128, 256};  // TMA boxes of 64 columns (128-byte swizzle)
 const std::vector<int64_t> kWgmmaBwdD = {64, 128};  // the head dims of the FA2 sweep
 }  // namespace
 
@@ -81,6 +83,9 @@ const std::vector<Step>& ladder() {
       {"08g", "08g_smem_epilogue",
        "O_i leaves through shared memory: whole rows in 16-byte stores instead of 4-byte fragments",
        Where::gpu, false, kGpuTypes, kFa2D, FL_GPU(s08g::impl)},
+      {"08h", "08h_tma_warpspec",
+       "a producer warp loads K_j, V_j by TMA into an mbarrier-guarded ring; consumer warpgroups only compute (setmaxnreg)",
+       Where::gpu, false, kGpuTypes, kTmaD, FL_GPU(s08h::impl)},
       {"09", "09_backward",
        "FA2 Algorithm 2: D = rowsum(dO∘O); one block per K_j/V_j keeps dK_j, dV_j on chip; dQ by atomicAdd in fp32",
        Where::gpu, true, kGpuTypes, kBwdD, FL_GPU(s09::impl)},
