@@ -143,9 +143,9 @@ def tolerance_check(ours_o, q, k, v, causal, dt):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
-    ap.add_argument("--fwd-step", default="08d_exp2_tuned,08g_smem_epilogue",
-                    help="our forward steps to compare, comma-separated (default: 08d, the last mma.sync step, "
-                         "and 08g, the last step-08); the ratio column is the last one's")
+    ap.add_argument("--fwd-step", default="08g_smem_epilogue,08h_tma_warpspec,08i_pingpong",
+                    help="our forward steps to compare, comma-separated (default: 08g, the last FA2-style step, "
+                         "and the Hopper rungs 08h, 08i); the ratio columns are the last one's")
     ap.add_argument("--bwd-step", default="09_backward,09b_wgmma",
                     help="our backward steps to compare, comma-separated ('' to skip); the ratio column is the last one's")
     ap.add_argument("--json", default="", help="append JSON records here")
@@ -263,25 +263,30 @@ def main():
                 failures.append(f"{step} backward N={N} d={d} causal={causal} {dt}: {e}")
         if bwd_steps:
             row["ours_bwd"] = row.get(bwd_steps[-1] + "_bwd", float("nan"))
-            try:
-                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                    for s in sets:
-                        s["out_t"] = F.scaled_dot_product_attention(s["q"], s["k"], s["v"], is_causal=causal)
-                    g = lambda s: torch.autograd.grad(s["out_t"], (s["q"], s["k"], s["v"]), s["do"], retain_graph=True)
-                    t = time_launches(g, sets, args.warmup, args.reps)
-                row["torch_flash_bwd"] = emit("torch_flash", "bwd", B, H, N, d, causal, dt, t, None)["tflops"]
-            except Exception as e:
-                print(f"  torch_flash backward N={N} d={d} causal={causal}: {e}", file=sys.stderr)
+            # torch's backends, backward: FLASH (FlashAttention-2) and cuDNN, each on its own forward
+            for name, backend in (("torch_flash", SDPBackend.FLASH_ATTENTION), ("torch_cudnn", SDPBackend.CUDNN_ATTENTION)):
+                try:
+                    with sdpa_kernel(backend):
+                        for s in sets:
+                            s["out_t"] = F.scaled_dot_product_attention(s["q"], s["k"], s["v"], is_causal=causal)
+                        g = lambda s: torch.autograd.grad(s["out_t"], (s["q"], s["k"], s["v"]), s["do"], retain_graph=True)
+                        t = time_launches(g, sets, args.warmup, args.reps)
+                    row[name + "_bwd"] = emit(name, "bwd", B, H, N, d, causal, dt, t, None)["tflops"]
+                except Exception as e:
+                    print(f"  {name} backward N={N} d={d} causal={causal}: {e}", file=sys.stderr)
         rows.append(row)
         del sets
         torch.cuda.empty_cache()
         others = "".join(f"{st[:3]} {row[st]:6.1f}  " for st in fwd_steps[:-1])
         print(f"d={d:3d} {'causal' if causal else 'full  '} {dt} N={N:5d}: {others}{fwd_steps[-1][:3]} {row['ours']:6.1f}  flash "
               f"{row.get('torch_flash', float('nan')):6.1f}  cudnn {row.get('torch_cudnn', float('nan')):6.1f}  "
-              f"ours/flash {row['ours'] / row.get('torch_flash', float('nan')):5.2f}  check {row.get('check', '-')}"
+              f"ours/flash {row['ours'] / row.get('torch_flash', float('nan')):5.2f}  "
+              f"ours/cudnn {row['ours'] / row.get('torch_cudnn', float('nan')):5.2f}  check {row.get('check', '-')}"
               + (f"  | bwd " + "".join(f"{st[:3]} {row.get(st + '_bwd', float('nan')):6.1f}  " for st in bwd_steps[:-1])
                  + f"{bwd_steps[-1][:3]} {row.get('ours_bwd', float('nan')):6.1f} flash {row.get('torch_flash_bwd', float('nan')):6.1f}"
-                 f" ratio {row.get('ours_bwd', float('nan')) / row.get('torch_flash_bwd', float('nan')):5.2f}"
+                 f" cudnn {row.get('torch_cudnn_bwd', float('nan')):6.1f}"
+                 f" /flash {row.get('ours_bwd', float('nan')) / row.get('torch_flash_bwd', float('nan')):5.2f}"
+                 f" /cudnn {row.get('ours_bwd', float('nan')) / row.get('torch_cudnn_bwd', float('nan')):5.2f}"
                  + f" check {row.get('bwd_check', '-')}" if bwd_steps else ""), flush=True)
     if out:
         out.close()

@@ -22,6 +22,7 @@ FL_GPU_STEP(s08e)
 FL_GPU_STEP(s08f)
 FL_GPU_STEP(s08g)
 FL_GPU_STEP(s08h)
+FL_GPU_STEP(s08i)
 FL_GPU_STEP(s09)
 FL_GPU_STEP(s09b)
 #define FL_GPU(x) (&(x))
@@ -86,6 +87,9 @@ const std::vector<Step>& ladder() {
       {"08h", "08h_tma_warpspec",
        "a producer warp loads K_j, V_j by TMA into an mbarrier-guarded ring; consumer warpgroups only compute (setmaxnreg)",
        Where::gpu, false, kGpuTypes, kTmaD, FL_GPU(s08h::impl)},
+      {"08i", "08i_pingpong",
+       "pingpong: the two consumers take turns on the tensor cores, and inside each P̃_i,j−1 V_j−1 runs under the softmax of S_ij",
+       Where::gpu, false, kGpuTypes, kTmaD, FL_GPU(s08i::impl)},
       {"09", "09_backward",
        "FA2 Algorithm 2: D = rowsum(dO∘O); one block per K_j/V_j keeps dK_j, dV_j on chip; dQ by atomicAdd in fp32",
        Where::gpu, true, kGpuTypes, kBwdD, FL_GPU(s09::impl)},

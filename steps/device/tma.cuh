@@ -45,9 +45,8 @@ __device__ __forceinline__ void arrive_expect_tx(uint64_t* bar, uint32_t bytes) 
 }
 /// One plain arrival (a consumer warp releasing a stage).
 __device__ __forceinline__ void arrive(uint64_t* bar) {
-  uint64_t state;
-  asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];\n" : "=l"(state) : "r"(smem_u32(bar)) : "memory");
-  (void)state;  // the phase token, for a test_wait; these barriers are waited on by parity instead
+  // The phase token it returns goes to the sink `_`: these barriers are waited on by parity.
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
 /// Spins until the phase of the given parity has completed. A fresh barrier is in phase 0, and the
 /// phase "before" it counts as complete: waiting for parity 1 on it returns at once, which is how the
