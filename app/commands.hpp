@@ -15,6 +15,7 @@ namespace fl::cli {
 struct ProblemOptions {
   int64_t B = 2, H = 8, H_kv = 0 /* 0: = H */, N = 2048, Nq = 0, Nk = 0 /* 0: = N */, d = 64;
   bool causal = false;
+  bool deterministic = false;
   std::optional<double> scale;  // empty: the default 1/sqrt(d)
   std::string dtype = "fp16";
   uint64_t seed = 1;

@@ -26,6 +26,8 @@ void ProblemOptions::add_to(CLI::App& app) {
   app.add_option("--nk", Nk, "Key length Nk (default N)");
   app.add_option("-d,--head-dim", d, "Head dimension d")->capture_default_str();
   app.add_flag("--causal", causal, "Causal mask, aligned bottom-right (query i sees key j iff j <= i + Nk - Nq)");
+  app.add_flag("--deterministic", deterministic,
+               "Backward in a fixed order of dQ additions: bitwise-reproducible dQ, dK, dV (steps that have it: 09c)");
   app.add_option("--scale", scale, "Softmax scale (default 1/sqrt(d))");
   app.add_option("--dtype", dtype, "Storage type of GPU steps: fp16, bf16 or fp32 (CPU steps use fp32)")
       ->capture_default_str();
@@ -41,6 +43,7 @@ Problem ProblemOptions::problem() const {
   p.Nk = Nk ? Nk : N;
   p.d = d;
   p.causal = causal;
+  p.deterministic = deterministic;
   p.scale = scale;  // a NaN, zero or negative scale is refused by validate(), with the reason
   auto t = parse_dtype(dtype);
   if (!t) throw Error("unknown storage type '" + dtype + "': use fp16, bf16 or fp32");

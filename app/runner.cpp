@@ -11,6 +11,9 @@ void refuse_if_needed(const Step& s, const Problem& p, bool backward) {
   std::string why = s.refusal(p);
   if (!why.empty()) throw Error(why);
   if (backward && !s.has_backward()) throw Error("step " + s.folder + " has no backward pass");
+  if (backward && p.deterministic && !s.deterministic_backward)
+    throw Error("step " + s.folder + " has no deterministic backward (its dQ is summed with atomics in any "
+                "order); run it without --deterministic, or use a step that has one (09c)");
 }
 
 // A CPU step's buffers: fp32 host vectors, outputs and workspace poisoned with NaN.

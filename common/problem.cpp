@@ -59,7 +59,8 @@ void Problem::validate() const {
 std::string Problem::describe() const {
   std::ostringstream s;
   s << "B=" << B << " H=" << H << " H_kv=" << H_kv << " Nq=" << Nq << " Nk=" << Nk << " d=" << d
-    << " causal=" << (causal ? 1 : 0) << " " << dtype_name(dtype) << " scale=" << softmax_scale();
+    << " causal=" << (causal ? 1 : 0) << " " << dtype_name(dtype) << " scale=" << softmax_scale()
+    << (deterministic ? " deterministic" : "");
   return s.str();
 }
 

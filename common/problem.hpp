@@ -40,6 +40,9 @@ struct Problem {
   bool causal = false;
   std::optional<double> scale;  // softmax_scale; empty means the default 1/sqrt(d)
   DType dtype = DType::f16;
+  // Backward steps that support it (09c) add dQ's contributions in a fixed order, so dQ, dK, dV are
+  // bitwise the same from run to run; the others ignore it (their refusal says so where it matters).
+  bool deterministic = false;
 
   double softmax_scale() const { return scale ? *scale : 1.0 / std::sqrt(double(d)); }
   int64_t group() const { return H / H_kv; }           // query heads per K/V head

@@ -25,6 +25,7 @@ FL_GPU_STEP(s08h)
 FL_GPU_STEP(s08i)
 FL_GPU_STEP(s09)
 FL_GPU_STEP(s09b)
+FL_GPU_STEP(s09c)
 #define FL_GPU(x) (&(x))
 
 namespace fl {
@@ -96,6 +97,9 @@ const std::vector<Step>& ladder() {
       {"09b", "09b_wgmma",
        "the backward's five products on wgmma: S_ijᵀ = K_j Q_iᵀ puts P_ijᵀ and dS_ijᵀ in registers as A operands",
        Where::gpu, true, kGpuTypes, kWgmmaBwdD, FL_GPU(s09b::impl)},
+      {"09c", "09c_tma_warpspec",
+       "the backward with a TMA producer and warp-specialised consumers; dQ added by one bulk reduction per block; a deterministic order",
+       Where::gpu, true, kGpuTypes, kWgmmaBwdD, FL_GPU(s09c::impl), /*deterministic_backward=*/true},
   };
   return steps;
 }

@@ -64,6 +64,7 @@ struct Step {
   std::vector<DType> dtypes;        // storage types it supports
   std::vector<int64_t> head_dims;   // supported d; empty means any d
   const StepImpl* impl;             // null when this build could not compile it (no nvcc)
+  bool deterministic_backward = false;  // its backward honours Problem::deterministic (bitwise runs)
 
   bool gpu() const { return where == Where::gpu; }
   bool has_backward() const { return backward && impl && impl->backward; }

@@ -260,5 +260,44 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BackwardDeterminism);
 INSTANTIATE_TEST_SUITE_P(Steps, BackwardDeterminism, ::testing::ValuesIn(gpu_steps(true)),
                          [](const ::testing::TestParamInfo<const Step*>& i) { return i.param->folder; });
 
+// The deterministic mode (issue 16, as FlashAttention's own race test): 250 backward runs of one
+// problem — causal, GQA, Nq ≠ Nk, N ≥ 4096 — give bitwise identical dQ, dK, dV, and the first passes
+// the tolerance rule. Every run uploads, poisons, launches and downloads anew (run_step).
+class DeterministicBackward : public ::testing::TestWithParam<const Step*> {};
+
+TEST_P(DeterministicBackward, TwoHundredFiftyRunsBitwiseIdentical) {
+  FL_NEED_GPU();
+  const Step* s = GetParam();
+  for (int64_t d : {int64_t(64), int64_t(128)}) {
+    if (!s->supports_d(d)) continue;
+    Problem p;
+    p.B = 1; p.H = 4; p.H_kv = 2; p.Nq = 4096; p.Nk = 4500; p.d = d; p.causal = true; p.dtype = DType::f16;
+    p.deterministic = true;
+    const std::string why = s->refusal(p);
+    ASSERT_TRUE(why.empty()) << why;
+    const Inputs in = make_inputs(p, 16);
+    const Outputs first = run_step(*s, in, true);
+    const Verdict v = verify(in, first, expected_for(in, true), true);
+    for (const Check& c : v.checks) EXPECT_TRUE(c.pass) << "d = " << d << ": " << c.summary();
+    int differ = 0;
+    for (int r = 1; r < 250 && differ < 3; ++r) {
+      const Outputs o = run_step(*s, in, true);
+      const bool same = bitwise_equal(first.dq, o.dq) && bitwise_equal(first.dk, o.dk) && bitwise_equal(first.dv, o.dv);
+      if (!same) ADD_FAILURE() << s->folder << " d = " << d << ": run " << r << " differs from run 0", ++differ;
+    }
+  }
+}
+
+std::vector<const Step*> deterministic_steps() {
+  std::vector<const Step*> out;
+  for (const Step* s : gpu_steps(true))
+    if (s->deterministic_backward) out.push_back(s);
+  return out;
+}
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(DeterministicBackward);
+INSTANTIATE_TEST_SUITE_P(Steps, DeterministicBackward, ::testing::ValuesIn(deterministic_steps()),
+                         [](const ::testing::TestParamInfo<const Step*>& i) { return i.param->folder; });
+
 }  // namespace
 }  // namespace fl::test

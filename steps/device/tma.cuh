@@ -68,6 +68,31 @@ __device__ __forceinline__ void load_3d(void* dst, const CUtensorMap* map, int c
       : "memory");
 }
 
+/// `bytes` contiguous bytes of device memory → shared memory (the 1-D bulk copy: no tensor map;
+/// src, dst 16-byte aligned, bytes a multiple of 16); completes on bar. Step 09c: a row block of L, D.
+__device__ __forceinline__ void load_1d(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)) : "memory");
+}
+
+/// dst[k] += src[k] for `bytes` / 4 floats, shared memory → device memory, done by the copy engine
+/// (cp.reduce.async.bulk: the additions happen in the L2, one request for the whole block instead of
+/// one atomic per element). Closed into a bulk group by bulk_commit, waited for by bulk_wait.
+__device__ __forceinline__ void reduce_add_1d(float* dst, const float* src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               ::"l"(dst), "r"(smem_u32(src)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/// Waits until at most N bulk groups of this thread are pending; READ: only until their sources in
+/// shared memory have been read (the buffer may be refilled), not until the writes are done.
+template <int N, bool READ>
+__device__ __forceinline__ void bulk_wait() {
+  if constexpr (READ) asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+  else asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+/// Orders this thread's generic-proxy accesses to device memory with the copy engine's (async proxy).
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
 /// Warp specialization's register hand-over: a warpgroup that only issues copies gives registers
 /// back (dec), the ones that compute take them (inc). Every thread of the warpgroup executes it.
 template <int N>
