@@ -4,6 +4,7 @@
 //   fl_workspace_bytes(step, problem…, backward)            scratch the call needs (caller allocates)
 //   fl_forward(step, problem…, q, k, v, o, lse, ws, stream)  0 on success; otherwise 1 and a message
 //   fl_backward(step, problem…, q, k, v, o, lse, dO, dq, dk, dv, ws, stream)
+//   fl_set_deterministic(on)                                 the deterministic backward for later calls
 // The problem is passed as B, H, H_kv, Nq, Nk, d, causal, scale (<= 0: default), dtype (0 fp32,
 // 1 fp16, 2 bf16). Checks are the same as the program's: an unsupported problem is refused with a
 // message before any launch. Launches are asynchronous on the given stream; errors of the launch
@@ -16,6 +17,7 @@
 namespace {
 
 thread_local std::string g_error;
+thread_local bool g_deterministic = false;  // fl_set_deterministic: Problem::deterministic of later calls
 
 fl::Problem make(int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64_t d, int causal, double scale,
                  int dtype) {
@@ -24,6 +26,7 @@ fl::Problem make(int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int
   p.causal = causal != 0;
   if (scale > 0) p.scale = scale;
   p.dtype = dtype == 0 ? fl::DType::f32 : dtype == 1 ? fl::DType::f16 : fl::DType::bf16;
+  p.deterministic = g_deterministic;
   return p;
 }
 
@@ -34,6 +37,8 @@ const fl::Step& step_or_throw(const char* name, const fl::Problem& p, bool backw
   std::string why = s->refusal(p);
   if (!why.empty()) throw fl::Error(why);
   if (backward && !s->has_backward()) throw fl::Error("step " + s->folder + " has no backward pass");
+  if (backward && p.deterministic && !s->deterministic_backward)
+    throw fl::Error("step " + s->folder + " has no deterministic backward; call fl_set_deterministic(0) first");
   return *s;
 }
 
@@ -53,6 +58,10 @@ int guarded(F&& f) {
 extern "C" {
 
 const char* fl_last_error() { return g_error.c_str(); }
+
+/// Problem::deterministic for the calls that follow on this thread (0 or 1): the backward of a step
+/// that has a deterministic mode (09c) then adds dQ in a fixed order; other steps' backward refuse it.
+void fl_set_deterministic(int on) { g_deterministic = on != 0; }
 
 long long fl_workspace_bytes(const char* step, int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64_t d,
                              int causal, double scale, int dtype, int backward) {

@@ -40,6 +40,8 @@ def load(lib_path):
     lib.fl_forward.restype = ci
     lib.fl_backward.argtypes = [ctypes.c_char_p] + prob + [vp] * 11
     lib.fl_backward.restype = ci
+    lib.fl_set_deterministic.argtypes = [ci]
+    lib.fl_set_deterministic.restype = None
     return lib
 
 
@@ -146,7 +148,9 @@ def main():
     ap.add_argument("--fwd-step", default="08g_smem_epilogue,08h_tma_warpspec,08i_pingpong",
                     help="our forward steps to compare, comma-separated (default: 08g, the last FA2-style step, "
                          "and the Hopper rungs 08h, 08i); the ratio columns are the last one's")
-    ap.add_argument("--bwd-step", default="09_backward,09b_wgmma",
+    ap.add_argument("--bwd-deterministic", default="09c_tma_warpspec",
+                    help="backward steps also timed in their deterministic mode (records: impl STEP+deterministic)")
+    ap.add_argument("--bwd-step", default="09b_wgmma,09c_tma_warpspec",
                     help="our backward steps to compare, comma-separated ('' to skip); the ratio column is the last one's")
     ap.add_argument("--json", default="", help="append JSON records here")
     ap.add_argument("--reps", type=int, default=30)
@@ -258,6 +262,17 @@ def main():
                 poison_g = lambda s: [s[x].fill_(float("nan")) for x in ("dq", "dk", "dv")]
                 t = time_launches(bwd, sets, args.warmup, args.reps, before=poison_g)
                 row[step + "_bwd"] = emit(step, "bwd", B, H, N, d, causal, dt, t, bwd_used)["tflops"]
+                if step in args.bwd_deterministic.split(","):  # the same backward, dQ added in a fixed order
+                    lib.fl_set_deterministic(1)
+                    try:
+                        obd = Ours(lib, step, B, H, N, d, causal, dt)  # its workspace, with the mode on
+                        bwd_d = lambda s, ob=obd: ob.backward(s["q"], s["k"], s["v"], s["o9"], s["lse"], s["do"],
+                                                             s["dq"], s["dk"], s["dv"])
+                        t = time_launches(bwd_d, sets, args.warmup, args.reps, before=poison_g)
+                    finally:
+                        lib.fl_set_deterministic(0)
+                    row[step + "_det_bwd"] = emit(step + "+deterministic", "bwd", B, H, N, d, causal, dt, t, None,
+                                                  {"deterministic": True})["tflops"]
             except Exception as e:
                 print(f"  {step} backward N={N} d={d} causal={causal}: {e}", file=sys.stderr)
                 failures.append(f"{step} backward N={N} d={d} causal={causal} {dt}: {e}")
@@ -287,6 +302,7 @@ def main():
                  f" cudnn {row.get('torch_cudnn_bwd', float('nan')):6.1f}"
                  f" /flash {row.get('ours_bwd', float('nan')) / row.get('torch_flash_bwd', float('nan')):5.2f}"
                  f" /cudnn {row.get('ours_bwd', float('nan')) / row.get('torch_cudnn_bwd', float('nan')):5.2f}"
+                 + f" det {row.get(bwd_steps[-1] + '_det_bwd', float('nan')):6.1f}"
                  + f" check {row.get('bwd_check', '-')}" if bwd_steps else ""), flush=True)
     if out:
         out.close()
