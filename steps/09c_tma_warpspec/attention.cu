@@ -213,9 +213,14 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
   const int i_first = n.causal ? max(0, c0 + n.Nq - n.Nk) / B_r : 0;  // Q blocks before it see none of K_j
   const int n_i = T_r - i_first;
   const int n_iter = n.group * n_i;
+  // The Q blocks run from the last down (09b: from i_first up). Every column block then starts on Q
+  // block T_r − 1, which all of them meet, so in the deterministic mode the turns at one Q block
+  // follow each other one bulk add apart; upward, block j's first Q block (i_first(j), near the
+  // diagonal) would wait for blocks 0 … j − 1 to work up to it: 110 against 236 TFLOP/s at N = 2048,
+  // d = 64, causal (H200, docs/results/2026-11-23-h200-09c-first.md).
   auto q_block = [&](int it, int& h, int& i) {
     h = hk * n.group + it / n_i;
-    i = i_first + it % n_i;
+    i = T_r - 1 - it % n_i;
   };
 
   if (threadIdx.x == 0) {
