@@ -28,7 +28,7 @@
 #include <type_traits>
 
 #include "steps/device/math.cuh"
-#include "steps/ladder.hpp"
+#include "steps/launch.cuh"
 
 namespace fl::s05 {
 
@@ -355,10 +355,10 @@ size_t workspace_bytes(const Problem&) { return 0; }  // O_i, ℓ_i, m_i never l
 
 std::string limits(const Problem& p) {
   if (p.Nq > kMaxN || p.Nk > kMaxN)
-    return "step 05 indexes rows with 32-bit integers: it needs Nq, Nk <= 2^30 (got Nq = " +
+    return "indexes rows with 32-bit integers: it needs Nq, Nk <= 2^30 (got Nq = " +
            std::to_string(p.Nq) + ", Nk = " + std::to_string(p.Nk) + ")";
   if (p.B * p.H > std::numeric_limits<int32_t>::max())
-    return "step 05 launches one thread block per (batch, head): it needs B·H <= 2^31 − 1 (got " +
+    return "launches one thread block per (batch, head): it needs B·H <= 2^31 − 1 (got " +
            std::to_string(p.B * p.H) + ")";
   return "";
 }
@@ -375,15 +375,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
 }
 
 void forward(const Problem& p, const ForwardArgs& a) {
-  const std::string why = limits(p);
-  if (!why.empty()) throw Error(why);
-  dispatch_dtype(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float>) throw Error("step 05 stores fp16 or bf16, not fp32");
-    else if (p.d == 64) launch<T, 64>(p, a);
-    else if (p.d == 128) launch<T, 128>(p, a);
-    else throw Error("step 05 supports head dims 64 and 128, not d = " + std::to_string(p.d));
-  });
+  dispatch<CudaCoreD>(p, [&](auto T_, auto d_) { launch<decltype(T_), decltype(d_)::value>(p, a); });
 }
 
 extern const StepImpl impl = {workspace_bytes, forward, limits, nullptr, nullptr};
