@@ -72,7 +72,7 @@ const std::vector<Step>& ladder() {
        "cp.async loads of K_j+1, V_j+1 issued before the math on K_j, V_j (double buffering)",
        Where::gpu, false, kGpuTypes, Fa2D::list(), FL_GPU(s08c::impl), "08b"},
       {"08d", "08d_exp2_tuned",
-       "softmax in the exp2 domain with the scale folded in, tile shapes tuned per head dim",
+       "the exponential as one ex2.approx.ftz, tile shapes tuned per head dim, causal Q blocks longest first",
        Where::gpu, false, kGpuTypes, Fa2D::list(), FL_GPU(s08d::impl), "08c"},
       {"08e", "08e_wgmma",
        "Hopper's warpgroup MMA (wgmma m64nNk16): the tensor cores read K_j, V_j straight from swizzled shared memory",
