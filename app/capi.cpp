@@ -42,6 +42,16 @@ const fl::Step& step_or_throw(const char* name, const fl::Problem& p, bool backw
   return *s;
 }
 
+// Runs a step's own code, putting the step's name on its errors: steps do not name themselves.
+template <class F>
+void in_step(const fl::Step& s, F&& f) {
+  try {
+    f();
+  } catch (const fl::Error& e) {
+    throw fl::Error(s.named(e.what()));
+  }
+}
+
 template <class F>
 int guarded(F&& f) {
   try {
@@ -69,7 +79,7 @@ long long fl_workspace_bytes(const char* step, int64_t B, int64_t H, int64_t H_k
   guarded([&] {
     fl::Problem p = make(B, H, H_kv, Nq, Nk, d, causal, scale, dtype);
     const fl::Step& s = step_or_throw(step, p, backward != 0);
-    out = (long long)(backward ? s.impl->backward_workspace_bytes(p) : s.impl->workspace_bytes(p));
+    in_step(s, [&] { out = (long long)(backward ? s.impl->backward_workspace_bytes(p) : s.impl->workspace_bytes(p)); });
   });
   return out;
 }
@@ -80,7 +90,7 @@ int fl_forward(const char* step, int64_t B, int64_t H, int64_t H_kv, int64_t Nq,
   return guarded([&] {
     fl::Problem p = make(B, H, H_kv, Nq, Nk, d, causal, scale, dtype);
     const fl::Step& s = step_or_throw(step, p, false);
-    s.impl->forward(p, {q, k, v, o, lse, ws, stream});
+    in_step(s, [&] { s.impl->forward(p, {q, k, v, o, lse, ws, stream}); });
   });
 }
 
@@ -90,7 +100,7 @@ int fl_backward(const char* step, int64_t B, int64_t H, int64_t H_kv, int64_t Nq
   return guarded([&] {
     fl::Problem p = make(B, H, H_kv, Nq, Nk, d, causal, scale, dtype);
     const fl::Step& s = step_or_throw(step, p, true);
-    s.impl->backward(p, {q, k, v, o, lse, dO, dq, dk, dv, ws, stream});
+    in_step(s, [&] { s.impl->backward(p, {q, k, v, o, lse, dO, dq, dk, dv, ws, stream}); });
   });
 }
 

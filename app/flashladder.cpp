@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   steps->add_flag("--gpu", steps_gpu, "Only GPU steps");
   steps->add_option("--head-dim", steps_d, "Only steps that support this head dim");
   std::string diff_step;
-  CLI::App* diff = app.add_subcommand("diff", "Show the source diff of a step against the step before it");
+  CLI::App* diff = app.add_subcommand("diff", "Show the source diff of a step against its base (the step before it, or the one its ladder entry names)");
   diff->add_option("step", diff_step, "Step number, folder or name (e.g. 05)")->required();
 
   ProblemOptions chk_prob;

@@ -291,19 +291,22 @@ int list_steps(bool names_only, bool gpu_only, int64_t head_dim) {
 int show_diff(const std::string& name) {
   const Step* s = find_step(name);
   if (!s) throw Error("unknown step '" + name + "'; see 'flashladder steps'");
-  const auto& L = ladder();
-  size_t idx = size_t(s - L.data());
-  if (idx == 0) throw Error("step " + s->folder + " is the first step; there is nothing before it to diff against");
-  const Step& prev = L[idx - 1];
+  const Step* base = s->base_step();  // the step its source is diffed against (steps/ladder.cpp)
+  if (!base) throw Error("step " + s->folder + " is the first step; there is nothing before it to diff against");
   auto source = [](const Step& st) {
     fs::path dir = fs::path(FLASHLADDER_SOURCE_DIR) / "steps" / st.folder;
     for (const char* f : {"attention.cu", "attention.cpp"})
       if (fs::exists(dir / f)) return dir / f;
     throw Error("no attention.cu or attention.cpp in " + dir.string());
   };
-  const std::string a = source(prev).string(), b = source(*s).string();
+  const std::string b = source(*s).string();
+  // A step that adds the backward and runs its base's forward (09 on 08d) is its backward alone:
+  // shown whole, as new lines.
+  const std::string a = s->diff_whole() ? std::string("/dev/null") : source(*base).string();
   const std::string cmd = "diff -u '" + a + "' '" + b + "'";
-  std::cout << "# " << s->folder << " against " << prev.folder << ": " << s->change << "\n" << std::flush;
+  std::cout << "# " << s->folder << " against " << base->folder
+            << (s->diff_whole() ? " (whose forward it runs; its source is the backward, all new)" : "") << ": "
+            << s->change << "\n" << std::flush;
   int rc = std::system(cmd.c_str());
   if (rc == -1) throw Error("could not run diff");
   return 0;  // diff exits 1 when files differ, which is the point

@@ -8,12 +8,22 @@ namespace fl {
 namespace {
 
 void refuse_if_needed(const Step& s, const Problem& p, bool backward) {
-  std::string why = s.refusal(p);
+  std::string why = s.refusal(p);  // names the step itself
   if (!why.empty()) throw Error(why);
   if (backward && !s.has_backward()) throw Error("step " + s.folder + " has no backward pass");
   if (backward && p.deterministic && !s.deterministic_backward)
     throw Error("step " + s.folder + " has no deterministic backward (its dQ is summed with atomics in any "
                 "order); run it without --deterministic, or use a step that has one (09c)");
+}
+
+// Runs f, and on an fl::Error puts the step's name on it: steps do not name themselves.
+template <class F>
+void in_cpu_step(const Step& s, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    throw Error(s.named(e.what()));
+  }
 }
 
 // A CPU step's buffers: fp32 host vectors, outputs and workspace poisoned with NaN.
@@ -30,7 +40,7 @@ struct CpuRun {
     lse = poisoned(p.lse_elems());
     ws.assign(s.impl->workspace_bytes(p), 0xFF);  // 0xFF bytes are NaN in fp32
     ForwardArgs a{in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), ws.data(), nullptr};
-    s.impl->forward(p, a);
+    in_cpu_step(s, [&] { s.impl->forward(p, a); });
   }
 
   void backward(const Inputs& in) {
@@ -40,7 +50,7 @@ struct CpuRun {
     ws.assign(s.impl->backward_workspace_bytes(p), 0xFF);
     BackwardArgs a{in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), in.dO.data(),
                    dq.data(), dk.data(), dv.data(), ws.data(), nullptr};
-    s.impl->backward(p, a);
+    in_cpu_step(s, [&] { s.impl->backward(p, a); });
   }
 };
 

@@ -28,6 +28,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fl_results as flr  # noqa: E402
+import diff_table  # noqa: E402
 
 # The theory pages, in reading order: docs/<name>.md.
 THEORY = ["memory_and_roofline", "io_complexity", "online_softmax", "fa1_vs_fa2", "backward", "conventions",
@@ -360,21 +361,29 @@ def step_page(i: int, steps, records, links: Links, root: str) -> str:
     else:
         out += [f"`steps/{s.folder}/README.md` is not written yet.", ""]
     out.append(measured_section(s, prev, steps, records, root))
-    out.append(f"## The diff against {prev.folder if prev else 'the step before'}")
+    base = next((x for x in steps if x.number == s.base), None)  # the step its diff is against
+    out.append(f"## The diff against {base.folder if base else 'the step before'}")
     out.append("")
-    if prev is None:
+    if base is None:
         out.append("The first step: there is nothing before it. Its whole source:")
         out.append("")
         if rel:
             out.append(f"\\include{{lineno}} {rel}")
     else:
-        psrc = prev.source(root)
-        if not src or not psrc:
-            missing = [f"`steps/{x.folder}/`" for x, p in ((prev, psrc), (s, src)) if not p]
+        bsrc = base.source(root)
+        if not src or not bsrc:
+            missing = [f"`steps/{x.folder}/`" for x, p in ((base, bsrc), (s, src)) if not p]
             out.append(f"Not available yet: no source in {' and '.join(missing)}.")
+        elif s.diff_whole(steps):
+            body, added, removed = diff_html(os.devnull, src, "(nothing: the backward is new)", rel)
+            out.append(f"This step adds the backward and runs {base.folder}'s forward as its own, so its source "
+                       f"is the backward alone, shown whole (the same as `flashladder diff {s.number}`): "
+                       f"{added} lines.")
+            out.append("")
+            out.append(body)
         else:
-            body, added, removed = diff_html(psrc, src, os.path.relpath(psrc, root), rel)
-            out.append(f"Made at build time by `diff -u {os.path.relpath(psrc, root)} {rel}` "
+            body, added, removed = diff_html(bsrc, src, os.path.relpath(bsrc, root), rel)
+            out.append(f"Made at build time by `diff -u {os.path.relpath(bsrc, root)} {rel}` "
                        f"(the same as `flashladder diff {s.number}`): {added} lines added, {removed} removed.")
             out.append("")
             out.append(body)
@@ -392,6 +401,10 @@ def ladder_page(steps, root: str) -> str:
         out.append(f"| @ref step_{s.number} \"{s.folder}\"{src} | {s.where.upper()} | {', '.join(s.dtypes)} | "
                    f"{s.head_dims_text()} | {s.change} |")
     out.append("")
+    # The changed lines of every step against its base: scripts/diff_table.py's table (docs/diff_lines.md).
+    table = diff_table.table(root).split("\n")
+    body = "\n".join(ln for ln in table[1:] if not ln.startswith("<!--")).strip()
+    out += ["## Changed lines per step", "", body, ""]
     out += [f"- @subpage step_{s.number}" for s in steps]
     return "\n".join(out) + "\n"
 

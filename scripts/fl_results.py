@@ -36,6 +36,14 @@ class Step:
     backward: bool
     dtypes: list = field(default_factory=list)     # ["fp16", "bf16"]
     head_dims: list = field(default_factory=list)  # [] means any d
+    base: str = ""         # number of the step its source is diffed against ("" for the first)
+    arch: str = "any"      # "sm90a": Hopper only
+
+    def diff_whole(self, steps) -> bool:
+        """The step's source is shown whole against its base: it adds a pass (the backward) that its
+        base does not have, and reuses the base's forward (Step::diff_whole in steps/ladder.cpp)."""
+        b = next((x for x in steps if x.number == self.base), None)
+        return b is not None and self.backward and not b.backward
 
     def source(self, root: str) -> str | None:
         """The step's one source file (attention.cu or attention.cpp), or None when not written yet."""
@@ -59,12 +67,17 @@ def _unescape(s: str) -> str:
 
 def parse_ladder(root: str) -> list[Step]:
     """Reads steps/ladder.cpp. Each entry there looks like
-         {"05", "05_fa2_lse", "the change …" ["more of it" …], Where::gpu, false, kGpuTypes, kCudaCoreD, …},
-    and the constant lists (kGpuTypes = {DType::f16, DType::bf16}; kCudaCoreD = {64, 128}) are read too."""
+         {"05", "05_fa2_lse", "the change …" ["more of it" …], Where::gpu, false, kGpuTypes, CudaCoreD::list(),
+          FL_GPU(s05::impl), "04"[, Arch::sm90a]},
+    and the constant lists (kGpuTypes = {DType::f16, DType::bf16} in ladder.cpp; using CudaCoreD =
+    HeadDims<64, 128> in steps/ladder.hpp) are read too."""
     path = os.path.join(root, "steps", "ladder.cpp")
     with open(path, encoding="utf-8") as f:
         text = f.read()
     consts = {}
+    with open(os.path.join(root, "steps", "ladder.hpp"), encoding="utf-8") as f:
+        for m in re.finditer(r"using\s+(\w+)\s*=\s*HeadDims<([^>]*)>", f.read()):
+            consts[m.group(1)] = [int(x) for x in m.group(2).split(",") if x.strip()]
     for m in re.finditer(r"const\s+std::vector<\s*(DType|int64_t|int)\s*>\s+(\w+)\s*=\s*\{([^}]*)\}", text):
         kind, name, body = m.groups()
         items = [x.strip() for x in body.split(",") if x.strip()]
@@ -73,14 +86,15 @@ def parse_ladder(root: str) -> list[Step]:
         else:
             consts[name] = [int(x) for x in items]
     entry = re.compile(r'\{\s*"(\w+)"\s*,\s*"(\w+)"\s*,\s*((?:' + _STRING + r'\s*)+),\s*Where::(\w+)\s*,\s*(true|false)'
-                       r'\s*,\s*(\w+)\s*,\s*(\w+)')
+                       r'\s*,\s*(\w+)\s*,\s*(\w+)(?:::list\(\))?\s*,\s*(?:FL_GPU\(\w+::impl\)|&\w+::impl)\s*,'
+                       r'\s*"(\w*)"\s*(?:,\s*Arch::(\w+)\s*)?\}')
     steps = []
     for m in entry.finditer(text):
         number, folder, strings = m.group(1), m.group(2), m.group(3)
         change = "".join(_unescape(s) for s in re.findall(_STRING, strings))
         where, bwd, types, dims = m.group(5), m.group(6), m.group(7), m.group(8)
         steps.append(Step(number, folder, change, where, bwd == "true", consts.get(types, [types]),
-                          consts.get(dims, [])))
+                          consts.get(dims, []), m.group(9), m.group(10) or "any"))
     listed = re.findall(r'\{\s*"\w+"\s*,\s*"\d\d\w*"\s*,', text)
     if not steps or len(steps) != len(listed):
         raise RuntimeError(f"{path}: read {len(steps)} of {len(listed)} step entries: has the format of "

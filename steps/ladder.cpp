@@ -3,6 +3,10 @@
 
 #include <sstream>
 
+#ifdef FLASHLADDER_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 // Each step's source defines fl::sNN::impl. GPU steps' sources are compiled only in builds with
 // nvcc; their impl is declared weak, so in a build without CUDA its address is null and the step
 // is listed but refused with the reason ("not in this build").
@@ -32,74 +36,72 @@ namespace fl {
 
 namespace {
 const std::vector<DType> kCpuTypes = {DType::f32};
-const std::vector<DType> kGpuTypes = {DType::f16, DType::bf16};
-const std::vector<int64_t> kAnyD = {};
-const std::vector<int64_t> kCudaCoreD = {64, 128};
-const std::vector<int64_t> kFa2D = {32, 64, 96, 128, 256};  // the head dims FlashAttention-2 ships
-const std::vector<int64_t> kBwdD = {32, 64, 96, 128};
-const std::vector<int64_t> kTmaD = {64, 128, 256};  // TMA boxes of 64 columns (128-byte swizzle)
-const std::vector<int64_t> kWgmmaBwdD = {64, 128};  // the head dims of the FA2 sweep
+const std::vector<DType> kGpuTypes = {DType::f16, DType::bf16};  // steps/launch.cuh dispatches these
 }  // namespace
+
+// An entry: {number, folder, the one idea, Where, backward?, storage types, HeadDims list, impl, base,
+// Arch (default any)}. The head-dim lists are in steps/ladder.hpp; scripts/fl_results.py reads both.
 
 const std::vector<Step>& ladder() {
   static const std::vector<Step> steps = {
       {"01", "01_cpu_standard",
        "Algorithm 0 with Eigen: S = QKᵀ, P = softmax(S), O = PV, S and P materialised (O(N²) memory)",
-       Where::cpu, false, kCpuTypes, kAnyD, &s01::impl},
+       Where::cpu, false, kCpuTypes, AnyD::list(), &s01::impl, ""},
       {"02", "02_cpu_online_softmax",
        "one pass over the keys with running max m, running sum ℓ and a rescaled accumulator: no N×N matrix",
-       Where::cpu, false, kCpuTypes, kAnyD, &s02::impl},
+       Where::cpu, false, kCpuTypes, AnyD::list(), &s02::impl, "01"},
       {"03", "03_cuda_naive",
        "Algorithm 0 on the GPU: three kernels (scores, row softmax, PV), S and P in device memory",
-       Where::gpu, false, kGpuTypes, kCudaCoreD, FL_GPU(s03::impl)},
+       Where::gpu, false, kGpuTypes, CudaCoreD::list(), FL_GPU(s03::impl), "02"},
       {"04", "04_fa1_tiling",
        "FA1 Algorithm 1: K/V blocks outer, Q blocks inner, O_i, ℓ_i, m_i round-trip device memory; warps split K_j",
-       Where::gpu, false, kGpuTypes, kCudaCoreD, FL_GPU(s04::impl)},
+       Where::gpu, false, kGpuTypes, CudaCoreD::list(), FL_GPU(s04::impl), "03"},
       {"05", "05_fa2_lse",
        "FA2 Algorithm 1: Q blocks outer so O_i, m_i, ℓ_i stay on chip; un-scaled O, one diag(ℓ)⁻¹; store L only",
-       Where::gpu, false, kGpuTypes, kCudaCoreD, FL_GPU(s05::impl)},
+       Where::gpu, false, kGpuTypes, CudaCoreD::list(), FL_GPU(s05::impl), "04"},
       {"06", "06_seq_parallel",
        "the Q-block loop becomes the grid: one thread block per (Q block, batch·head)",
-       Where::gpu, false, kGpuTypes, kCudaCoreD, FL_GPU(s06::impl)},
+       Where::gpu, false, kGpuTypes, CudaCoreD::list(), FL_GPU(s06::impl), "05"},
       {"07", "07_warp_qsplit",
        "warps split Q_i (each owns whole rows) and share K_j, V_j: no cross-warp reduction",
-       Where::gpu, false, kGpuTypes, kCudaCoreD, FL_GPU(s07::impl)},
+       Where::gpu, false, kGpuTypes, CudaCoreD::list(), FL_GPU(s07::impl), "06"},
       {"08a", "08a_tensor_cores",
        "S_ij = Q_i K_jᵀ and P̃_ij V_j on tensor cores (mma.sync m16n8k16 via ldmatrix), P̃_ij kept in registers",
-       Where::gpu, false, kGpuTypes, kFa2D, FL_GPU(s08a::impl)},
+       Where::gpu, false, kGpuTypes, Fa2D::list(), FL_GPU(s08a::impl), "07"},
       {"08b", "08b_swizzle",
        "XOR-swizzled shared memory: ldmatrix reads without bank conflicts",
-       Where::gpu, false, kGpuTypes, kFa2D, FL_GPU(s08b::impl)},
+       Where::gpu, false, kGpuTypes, Fa2D::list(), FL_GPU(s08b::impl), "08a"},
       {"08c", "08c_cp_async",
        "cp.async loads of K_j+1, V_j+1 issued before the math on K_j, V_j (double buffering)",
-       Where::gpu, false, kGpuTypes, kFa2D, FL_GPU(s08c::impl)},
+       Where::gpu, false, kGpuTypes, Fa2D::list(), FL_GPU(s08c::impl), "08b"},
       {"08d", "08d_exp2_tuned",
-       "softmax in the exp2 domain with the scale folded in, tile shapes tuned per head dim",
-       Where::gpu, false, kGpuTypes, kFa2D, FL_GPU(s08d::impl)},
+       "the exponential as one ex2.approx.ftz, tile shapes tuned per head dim, causal Q blocks longest first",
+       Where::gpu, false, kGpuTypes, Fa2D::list(), FL_GPU(s08d::impl), "08c"},
       {"08e", "08e_wgmma",
        "Hopper's warpgroup MMA (wgmma m64nNk16): the tensor cores read K_j, V_j straight from swizzled shared memory",
-       Where::gpu, false, kGpuTypes, kFa2D, FL_GPU(s08e::impl)},
+       Where::gpu, false, kGpuTypes, Fa2D::list(), FL_GPU(s08e::impl), "08d", Arch::sm90a},
       {"08f", "08f_wgmma_overlap",
        "wgmma is asynchronous: the softmax of one m-tile runs while the tensor cores multiply the other",
-       Where::gpu, false, kGpuTypes, kFa2D, FL_GPU(s08f::impl)},
+       Where::gpu, false, kGpuTypes, Fa2D::list(), FL_GPU(s08f::impl), "08e", Arch::sm90a},
       {"08g", "08g_smem_epilogue",
        "O_i leaves through shared memory: whole rows in 16-byte stores instead of 4-byte fragments",
-       Where::gpu, false, kGpuTypes, kFa2D, FL_GPU(s08g::impl)},
+       Where::gpu, false, kGpuTypes, Fa2D::list(), FL_GPU(s08g::impl), "08f", Arch::sm90a},
       {"08h", "08h_tma_warpspec",
        "a producer warp loads K_j, V_j by TMA into an mbarrier-guarded ring; consumer warpgroups only compute (setmaxnreg)",
-       Where::gpu, false, kGpuTypes, kTmaD, FL_GPU(s08h::impl)},
+       Where::gpu, false, kGpuTypes, TmaD::list(), FL_GPU(s08h::impl), "08g", Arch::sm90a},
       {"08i", "08i_pingpong",
        "pingpong: the two consumers take turns on the tensor cores, and inside each P̃_i,j−1 V_j−1 runs under the softmax of S_ij",
-       Where::gpu, false, kGpuTypes, kTmaD, FL_GPU(s08i::impl)},
+       Where::gpu, false, kGpuTypes, TmaD::list(), FL_GPU(s08i::impl), "08h", Arch::sm90a},
       {"09", "09_backward",
        "FA2 Algorithm 2: D = rowsum(dO∘O); one block per K_j/V_j keeps dK_j, dV_j on chip; dQ by atomicAdd in fp32",
-       Where::gpu, true, kGpuTypes, kBwdD, FL_GPU(s09::impl)},
+       Where::gpu, true, kGpuTypes, BwdD::list(), FL_GPU(s09::impl), "08d"},
       {"09b", "09b_wgmma",
        "the backward's five products on wgmma: S_ijᵀ = K_j Q_iᵀ puts P_ijᵀ and dS_ijᵀ in registers as A operands",
-       Where::gpu, true, kGpuTypes, kWgmmaBwdD, FL_GPU(s09b::impl)},
+       Where::gpu, true, kGpuTypes, WgmmaBwdD::list(), FL_GPU(s09b::impl), "09", Arch::sm90a},
       {"09c", "09c_tma_warpspec",
        "the backward with a TMA producer and warp-specialised consumers; dQ added by one bulk reduction per block; a deterministic order",
-       Where::gpu, true, kGpuTypes, kWgmmaBwdD, FL_GPU(s09c::impl), /*deterministic_backward=*/true},
+       Where::gpu, true, kGpuTypes, WgmmaBwdD::list(), FL_GPU(s09c::impl), "09b", Arch::sm90a,
+       /*deterministic_backward=*/true},
   };
   return steps;
 }
@@ -138,6 +140,32 @@ std::string Step::head_dims_text() const {
   return s;
 }
 
+const Step* Step::base_step() const { return base.empty() ? nullptr : find_step(base); }
+
+bool Step::diff_whole() const {
+  const Step* b = base_step();
+  return b && backward && !b->backward;
+}
+
+namespace {
+// "" when this GPU can run code built for `arch`, or no GPU can be asked (the runner reports a
+// missing device itself, with its own reason); otherwise why not, naming the device's capability.
+std::string arch_refusal(Arch arch) {
+  if (arch == Arch::any) return "";
+#ifdef FLASHLADDER_HAVE_CUDA
+  int dev = 0, major = 0, minor = 0;
+  const bool known = cudaGetDevice(&dev) == cudaSuccess &&
+                     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess;
+  cudaGetLastError();  // a failed query (no device) is the runner's to report, not this check's
+  if (known && (major != 9 || minor != 0))
+    return "it uses sm_90a instructions (wgmma), which only Hopper GPUs (compute capability 9.0, built for "
+           "sm_90a) have; this GPU is " + std::to_string(major) + "." + std::to_string(minor);
+#endif
+  return "";
+}
+}  // namespace
+
 std::string Step::refusal(const Problem& p) const {
   std::string why = p.invalid_reason();
   if (!why.empty()) return "invalid problem: " + why;
@@ -154,8 +182,9 @@ std::string Step::refusal(const Problem& p) const {
     return "step " + folder + " is not in this build: it needs CUDA (nvcc was not found when the build was configured)";
 #endif
   }
-  if (impl->limits) return impl->limits(p);
-  return "";
+  why = arch_refusal(arch);
+  if (why.empty() && impl->limits) why = impl->limits(p);
+  return why.empty() ? "" : named(why);
 }
 
 }  // namespace fl

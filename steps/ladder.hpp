@@ -9,6 +9,26 @@
 // and (step 09 on) backward_workspace_bytes / backward. The list itself is in steps/ladder.cpp: adding
 // a step is one entry there plus its folder. The tests, the benchmark, the README table and the docs
 // all read this list.
+//
+// What a step does NOT write, because it is not its idea (the plumbing every step shares):
+//   - its name: a step's messages say what the limit is ("keeps row indices in 32 bits: …"), and the
+//     runner (app/runner.cpp, app/gpu.cu), the C API (app/capi.cpp) and Step::refusal put
+//     "step <folder>: " in front of every error they pass on;
+//   - the storage-type and head-dim checks and dispatch: the ladder entry's lists (below) are checked
+//     by Step::refusal before any launch, and a GPU step's forward()/backward() dispatches over the same
+//     named list with steps/launch.cuh:
+//         void forward(const Problem& p, const ForwardArgs& a) {
+//           dispatch<Fa2D>(p, [&](auto T_, auto d_) { launch<decltype(T_), decltype(d_)::value>(p, a); });
+//         }
+//   - the capability check: an entry with Arch::sm90a (wgmma, TMA, setmaxnreg…) is refused by
+//     Step::refusal on a GPU that is not compute capability 9.0, naming the device's capability.
+// What it keeps next to its kernel: launch<T, d>() (grid, block, shared memory) and limits(p), the
+// limits of its own indexing and grid (the ladder has checked types, head dims and the GPU already).
+//
+// Each entry also names its base: the step whose source its own is diffed against (`flashladder diff`,
+// the docs' step pages, docs/diff_lines.md). Usually the step before; a step that starts a new branch
+// of the ladder names the step it grows from (09b: 09). A step whose source adds a new pass and reuses
+// its base's forward (09: the backward, on 08d's forward) is shown whole, as new lines, against it.
 #pragma once
 
 #include <cstddef>
@@ -55,6 +75,29 @@ struct StepImpl {
 
 enum class Where { cpu, gpu };
 
+/// What GPU a step's code needs beyond what every GPU step needs (sm_80's mma.sync, cp.async).
+enum class Arch {
+  any,    // any GPU the build targets
+  sm90a,  // Hopper (compute capability 9.0) in sm_90a code: wgmma, TMA, setmaxnreg
+};
+
+/// The head dims a step supports, as a compile-time list: the ladder entry lists them (Step::head_dims
+/// is D::list()) and the step's launcher dispatches over the same type (steps/launch.cuh), so the two
+/// cannot drift. One name per list, used by every step that has it.
+template <int... Ds>
+struct HeadDims {
+  static const std::vector<int64_t>& list() {
+    static const std::vector<int64_t> v{Ds...};
+    return v;
+  }
+};
+using AnyD = HeadDims<>;                        // the CPU steps: any d
+using CudaCoreD = HeadDims<64, 128>;            // 03–07: the two head dims of the FA2 sweep
+using Fa2D = HeadDims<32, 64, 96, 128, 256>;    // the head dims FlashAttention-2 ships
+using BwdD = HeadDims<32, 64, 96, 128>;         // step 09: d = 256 needs more shared memory than 228 KiB
+using WgmmaBwdD = HeadDims<64, 128>;            // step 09b: the head dims of the FA2 sweep
+using TmaD = HeadDims<64, 128, 256>;            // 08h, 08i: TMA boxes of 64 columns (the 128-byte swizzle)
+
 struct Step {
   std::string number;               // "01"
   std::string folder;               // "01_cpu_standard"
@@ -64,15 +107,25 @@ struct Step {
   std::vector<DType> dtypes;        // storage types it supports
   std::vector<int64_t> head_dims;   // supported d; empty means any d
   const StepImpl* impl;             // null when this build could not compile it (no nvcc)
+  std::string base;                 // number of the step its source is diffed against ("" for 01)
+  Arch arch = Arch::any;            // Arch::sm90a: refused on a GPU other than compute capability 9.0
   bool deterministic_backward = false;  // its backward honours Problem::deterministic (bitwise runs)
 
   bool gpu() const { return where == Where::gpu; }
   bool has_backward() const { return backward && impl && impl->backward; }
   bool supports_dtype(DType t) const;
   bool supports_d(int64_t d) const;
-  /// "" when the step can run p; otherwise a message that names the limit. Checks the problem, the
-  /// storage type, the head dim and the step's own limits, in that order, before any launch.
+  /// "" when the step can run p; otherwise "step <folder>: " and a message that names the limit.
+  /// Checks the problem, the storage type, the head dim, the build, the GPU's capability (Arch) and
+  /// the step's own limits, in that order, before any launch.
   std::string refusal(const Problem& p) const;
+  /// The step named by `base`; null for the first step.
+  const Step* base_step() const;
+  /// true when the step's source is shown whole against its base (it adds a pass the base does not
+  /// have, and reuses the base's forward): step 09 against 08d.
+  bool diff_whole() const;
+  /// "step <folder>: " + what; what every layer above the steps puts on the errors it passes on.
+  std::string named(const std::string& what) const { return "step " + folder + ": " + what; }
   std::string dtypes_text() const;     // "fp16, bf16"
   std::string head_dims_text() const;  // "64, 128" or "any"
 };

@@ -68,6 +68,21 @@ TEST(Ladder, EveryStepIsWellFormedAndFindable) {
   EXPECT_EQ(find_step("no_such_step"), nullptr);
 }
 
+// Every step but the first names a base earlier in the ladder (the step its diff is against); only a
+// step that adds the backward to a forward-only base is shown whole (steps/ladder.hpp).
+TEST(Ladder, EveryStepNamesAnEarlierBase) {
+  const auto& L = ladder();
+  EXPECT_EQ(L.front().base_step(), nullptr);
+  for (size_t i = 1; i < L.size(); ++i) {
+    const Step* b = L[i].base_step();
+    ASSERT_NE(b, nullptr) << L[i].folder << " names no base step ('" << L[i].base << "')";
+    EXPECT_LT(b, &L[i]) << L[i].folder << "'s base " << b->folder << " is not before it";
+    EXPECT_EQ(L[i].diff_whole(), L[i].backward && !b->backward) << L[i].folder;
+  }
+  EXPECT_EQ(find_step("09")->base_step(), find_step("08d"));
+  EXPECT_EQ(find_step("09b")->base_step(), find_step("09"));
+}
+
 TEST(Ladder, UnsupportedTypeAndHeadDimAreRefusedByName) {
   Problem p = ok();
   p.dtype = DType::f16;

@@ -21,7 +21,7 @@
 #include <type_traits>
 
 #include "steps/device/math.cuh"
-#include "steps/ladder.hpp"
+#include "steps/launch.cuh"
 
 namespace fl::s03 {
 
@@ -139,14 +139,14 @@ size_t workspace_bytes(const Problem& p) {
 // Limits that need no device: index ranges and grid sizes.
 std::string index_limits(const Problem& p) {
   if (p.Nq > kMaxN || p.Nk > kMaxN)
-    return "step 03 indexes rows with 32-bit integers: it needs Nq, Nk <= 2^30 (got Nq = " +
+    return "indexes rows with 32-bit integers: it needs Nq, Nk <= 2^30 (got Nq = " +
            std::to_string(p.Nq) + ", Nk = " + std::to_string(p.Nk) + ")";
   const int64_t max_blocks = std::numeric_limits<int32_t>::max();
   const int64_t tiles_i = ceil_div(p.Nq, int64_t(TILE));
   const int64_t blocks_s = p.B * p.H * tiles_i * ceil_div(p.Nk, int64_t(TILE));
   const int64_t blocks_p = ceil_div(p.B * p.H * p.Nq, int64_t(ROWS_PER_BLOCK));
   if (blocks_s > max_blocks || blocks_p > max_blocks)
-    return "step 03 launches one thread block per 16 × 16 tile of S: it needs at most 2^31 − 1 of them (got " +
+    return "launches one thread block per 16 × 16 tile of S: it needs at most 2^31 − 1 of them (got " +
            std::to_string(blocks_s) + ")";
   return "";
 }
@@ -158,11 +158,11 @@ std::string limits(const Problem& p) {
   const cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
   if (e != cudaSuccess) {
     cudaGetLastError();  // clear the error; the refusal says what happened
-    return std::string("step 03 could not ask the device for its free memory: ") + cudaGetErrorString(e);
+    return std::string("could not ask the device for its free memory: ") + cudaGetErrorString(e);
   }
   const size_t need = workspace_bytes(p);
   if (need > free_b)
-    return "step 03 writes S and P (2·B·H·Nq·Nk fp32) to device memory: it needs " + std::to_string(need) +
+    return "writes S and P (2·B·H·Nq·Nk fp32) to device memory: it needs " + std::to_string(need) +
            " bytes, and the device has " + std::to_string(free_b) + " bytes free (of " + std::to_string(total_b) + ")";
   return "";
 }
@@ -192,15 +192,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
 }
 
 void forward(const Problem& p, const ForwardArgs& a) {
-  const std::string why = index_limits(p);  // the memory check is limits()'s, before the workspace exists
-  if (!why.empty()) throw Error(why);
-  dispatch_dtype(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float>) throw Error("step 03 stores fp16 or bf16, not fp32");
-    else if (p.d == 64) launch<T, 64>(p, a);
-    else if (p.d == 128) launch<T, 128>(p, a);
-    else throw Error("step 03 supports head dims 64 and 128, not d = " + std::to_string(p.d));
-  });
+  dispatch<CudaCoreD>(p, [&](auto T_, auto d_) { launch<decltype(T_), decltype(d_)::value>(p, a); });
 }
 
 extern const StepImpl impl = {workspace_bytes, forward, limits, nullptr, nullptr};

@@ -12,7 +12,7 @@
 //       O_i ← diag(ℓ_i^new)⁻¹ (diag(ℓ_i) e^{m_i − m_i^new} O_i + e^{m̃_ij − m_i^new} P̃_ij V_j) (line 12)
 //       O_i, ℓ_i ← ℓ_i^new, m_i ← m_i^new → device memory                                (lines 12, 13)
 //
-// Inside the block the W = 4 warps split K_j, V_j ("split-K", as FA1's kernel does): warp w owns
+// Inside the block the kWarps = 4 warps split K_j, V_j ("split-K", as FA1's kernel does): warp w owns
 // keys [16w, 16w + 16) of the block, computes its slice of S_ij and of P̃_ij V_j, and the warps
 // combine their partial row max, row sum and P̃_ij V_j through shared memory. Each warp's partial
 // P̃_ij V_j sits in registers, B_s·d/32 floats per thread, so lines 9–12 run on B_s = 16 rows of Q_i
@@ -34,7 +34,7 @@
 #include <type_traits>
 
 #include "steps/device/math.cuh"
-#include "steps/ladder.hpp"
+#include "steps/launch.cuh"
 
 namespace fl::s04 {
 
@@ -45,13 +45,13 @@ constexpr int B_r = 64;         // rows of Q_i (line 8 stages Q_i and O_i, 32 Ki
 constexpr int B_s = 16;         // rows of Q_i per split-K pass (a slice): each warp holds a partial
                                 // [B_s][d] P̃_ij V_j in registers, B_s·d/32 = 64 floats per thread at d = 128.
 constexpr int B_c = 64;         // rows of K_j, V_j
-constexpr int W = 4;            // warps per thread block
-constexpr int NT = 32 * W;      // threads per thread block
-constexpr int K_w = B_c / W;    // split-K: keys of K_j per warp (16)
+constexpr int kWarps = 4;       // warps per thread block
+constexpr int kThreads = 32 * kWarps;  // threads per thread block
+constexpr int K_w = B_c / kWarps;  // split-K: keys of K_j per warp (16)
 constexpr int RG = 4, CG = 8;   // a warp's lanes as RG row groups × CG column groups: lane = rg·CG + cg
 constexpr int TM = B_s / RG;    // rows of S_ij per thread: rg, rg + RG, rg + 2·RG, rg + 3·RG (of the slice)
 constexpr int TN = K_w / CG;    // keys of S_ij per thread: cg, cg + CG (within the warp's keys)
-static_assert(NT / CG == B_s, "line 12 gives each row of the slice to CG threads");
+static_assert(kThreads / CG == B_s, "line 12 gives each row of the slice to CG threads");
 
 // Shared memory, in floats. Rows of Q_i, K_j, V_j are padded by 4 floats: the RG rows (or CG keys)
 // that a warp reads at one k then start in different banks, so the 16-byte loads do not conflict.
@@ -63,10 +63,10 @@ struct Smem {
   static constexpr int K = Q + B_r * LD;              // K_j    [B_c][LD]
   static constexpr int V = K + B_c * LD;              // V_j    [B_c][LD]
   static constexpr int P = V + B_c * LD;              // P̃_ij   [B_s][LDP]  (one slice)
-  static constexpr int O_red = P + B_s * LDP;         // each warp's P̃_ij V_j over its keys [W][B_s][d]
-  static constexpr int m_red = O_red + W * B_s * d;   // each warp's row max over its keys  [W][B_s]
-  static constexpr int l_red = m_red + W * B_s;       // each warp's row sum over its keys  [W][B_s]
-  static constexpr int O = l_red + W * B_s;           // O_i    [B_r][d]  from device memory (line 8)
+  static constexpr int O_red = P + B_s * LDP;         // each warp's P̃_ij V_j over its keys [kWarps][B_s][d]
+  static constexpr int m_red = O_red + kWarps * B_s * d;  // each warp's row max over its keys  [kWarps][B_s]
+  static constexpr int l_red = m_red + kWarps * B_s;  // each warp's row sum over its keys  [kWarps][B_s]
+  static constexpr int O = l_red + kWarps * B_s;      // O_i    [B_r][d]  from device memory (line 8)
   static constexpr int m = O + B_r * d;               // m_i    [B_r]
   static constexpr int l = m + B_r;                   // ℓ_i    [B_r]
   static constexpr int a = l + B_r;                   // line 12's factor on O_i of the slice        [B_s]
@@ -83,10 +83,10 @@ template <class T, int d, int rows, int LD>
 __device__ __forceinline__ void load_tile(float* dst, const T* __restrict__ src, int valid) {
   constexpr int E = 16 / int(sizeof(T));  // elements per 16-byte load
   constexpr int per_row = d / E;
-  static_assert(rows * per_row % NT == 0, "every thread loads the same number of 16-byte pieces");
+  static_assert(rows * per_row % kThreads == 0, "every thread loads the same number of 16-byte pieces");
 #pragma unroll
-  for (int n = 0; n < rows * per_row / NT; ++n) {
-    const int c = int(threadIdx.x) + n * NT;
+  for (int n = 0; n < rows * per_row / kThreads; ++n) {
+    const int c = int(threadIdx.x) + n * kThreads;
     const int r = c / per_row, k = c % per_row * E;
     uint4 raw = make_uint4(0, 0, 0, 0);  // zero bits are 0 in fp32, fp16 and bf16 alike
     if (r < valid) raw = *reinterpret_cast<const uint4*>(src + int64_t(r) * d + k);
@@ -179,7 +179,7 @@ __device__ __forceinline__ void store4(T* dst, float4 v) {
 // ---- The kernel ---------------------------------------------------------------------------------
 
 template <class T, int d>
-__global__ void __launch_bounds__(NT) flash_forward(
+__global__ void __launch_bounds__(kThreads) attention_kernel(
     const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
     float* __restrict__ L, float* __restrict__ O_acc, float* __restrict__ m, float* __restrict__ l,
     int H, int H_kv, int Nq, int Nk, float scale, bool causal) {
@@ -189,13 +189,13 @@ __global__ void __launch_bounds__(NT) flash_forward(
   constexpr int TD = d / CG;  // columns of O_i per thread: 4 cg + 32 q, q < d/32
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
-  float* Q_i = smem + Sm::Q;          // [B_r][LD]    in shared memory, fp32
-  float* K_j = smem + Sm::K;          // [B_c][LD]    in shared memory, fp32
-  float* V_j = smem + Sm::V;          // [B_c][LD]    in shared memory, fp32
+  float* Q_s = smem + Sm::Q;          // Q_i: [B_r][LD]    in shared memory, fp32
+  float* K_s = smem + Sm::K;          // K_j: [B_c][LD]    in shared memory, fp32
+  float* V_s = smem + Sm::V;          // V_j: [B_c][LD]    in shared memory, fp32
   float* P_ij = smem + Sm::P;         // [B_s][LDP]   P̃_ij of one slice, each warp its own 16 key columns
-  float* O_red = smem + Sm::O_red;    // [W][B_s][d]  each warp's P̃_ij V_j over its keys
-  float* m_red = smem + Sm::m_red;    // [W][B_s]     each warp's rowmax(S_ij) over its keys
-  float* l_red = smem + Sm::l_red;    // [W][B_s]     each warp's rowsum(P̃_ij) over its keys
+  float* O_red = smem + Sm::O_red;    // [kWarps][B_s][d]  each warp's P̃_ij V_j over its keys
+  float* m_red = smem + Sm::m_red;    // [kWarps][B_s]     each warp's rowmax(S_ij) over its keys
+  float* l_red = smem + Sm::l_red;    // [kWarps][B_s]     each warp's rowsum(P̃_ij) over its keys
   float* O_i = smem + Sm::O;          // [B_r][d]     O_i, from and back to device memory
   float* m_i = smem + Sm::m;          // [B_r]        m_i, from and back to device memory
   float* l_i = smem + Sm::l;          // [B_r]        ℓ_i, from and back to device memory
@@ -214,9 +214,9 @@ __global__ void __launch_bounds__(NT) flash_forward(
   float* m_bh = m + bh * Nq;                  // [Nq]     m (workspace)
   float* l_bh = l + bh * Nq;                  // [Nq]     ℓ (workspace)
 
-  const int tid = int(threadIdx.x), w = tid / 32, lane = tid % 32;
+  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int rg = lane / CG, cg = lane % CG;   // S_ij: rows rg + RG·ii of the slice, keys key0 + cg + CG·jj
-  const int key0 = w * K_w;                   // split-K: this warp's keys of K_j
+  const int key0 = warp * K_w;                // split-K: this warp's keys of K_j
   const int o_r = tid / CG, o_c = tid % CG;   // line 12: this thread owns row o_r of each slice of O_i, columns 4 o_c + 32 q
   const int T_r = ceil_div(Nq, B_r), T_c = ceil_div(Nk, B_c);
 
@@ -235,14 +235,14 @@ __global__ void __launch_bounds__(NT) flash_forward(
     const int j0 = j * B_c;
     // Line 6: K_j, V_j → shared memory. No barrier before overwriting them: a thread gets here only
     // after the last slice's final barrier, and nobody reads K_j or V_j after that one.
-    load_tile<T, d, B_c, LD>(K_j, K_bh + int64_t(j0) * d, Nk - j0);
-    load_tile<T, d, B_c, LD>(V_j, V_bh + int64_t(j0) * d, Nk - j0);
+    load_tile<T, d, B_c, LD>(K_s, K_bh + int64_t(j0) * d, Nk - j0);
+    load_tile<T, d, B_c, LD>(V_s, V_bh + int64_t(j0) * d, Nk - j0);
 
     for (int i = 0; i < T_r; ++i) {
       const int i0 = i * B_r;
       // Line 8: Q_i, O_i, ℓ_i, m_i → shared memory; each thread loads the elements of O_i it owns in
       // line 12 (rows past Nq are zeros and are never written back).
-      load_tile<T, d, B_r, LD>(Q_i, Q_bh + int64_t(i0) * d, Nq - i0);
+      load_tile<T, d, B_r, LD>(Q_s, Q_bh + int64_t(i0) * d, Nq - i0);
       for (int r = o_r; r < B_r; r += B_s)
 #pragma unroll
         for (int q = 0; q < d / 32; ++q)
@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(NT) flash_forward(
         // thread, raw: τ joins in the exponent's fmaf. Masked: keys past Nk and, when causal, keys
         // past row + Nk − Nq.
         float S_ij[TM][TN];
-        tile_QK<TM, TN, d, LD>(S_ij, Q_i + (s0 + rg) * LD, K_j + (key0 + cg) * LD);
+        tile_QK<TM, TN, d, LD>(S_ij, Q_s + (s0 + rg) * LD, K_s + (key0 + cg) * LD);
 #pragma unroll
         for (int ii = 0; ii < TM; ++ii)
 #pragma unroll
@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(NT) flash_forward(
             S_ij[ii][jj] = seen ? S_ij[ii][jj] : -inf;
           }
 
-        // Line 10: m̃_ij = rowmax(S_ij): over this warp's keys by shuffles, then over the W warps
+        // Line 10: m̃_ij = rowmax(S_ij): over this warp's keys by shuffles, then over the kWarps warps
         // through shared memory (the split-K cost that step 07 removes).
 #pragma unroll
         for (int ii = 0; ii < TM; ++ii) {
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(NT) flash_forward(
 #pragma unroll
           for (int jj = 1; jj < TN; ++jj) mx = fmaxf(mx, S_ij[ii][jj]);
           mx = row_max(mx);
-          if (cg == 0) m_red[w * B_s + rg + RG * ii] = mx;
+          if (cg == 0) m_red[warp * B_s + rg + RG * ii] = mx;
         }
         __syncthreads();
         // P̃_ij = exp(S_ij − m̃_ij) and this warp's part of ℓ̃_ij = rowsum(P̃_ij). A row that sees no key
@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(NT) flash_forward(
         for (int ii = 0; ii < TM; ++ii) {
           float m_tilde = -inf;
 #pragma unroll
-          for (int v = 0; v < W; ++v) m_tilde = fmaxf(m_tilde, m_red[v * B_s + rg + RG * ii]);
+          for (int v = 0; v < kWarps; ++v) m_tilde = fmaxf(m_tilde, m_red[v * B_s + rg + RG * ii]);
           const float m_sub = m_tilde == -inf ? 0.f : __fmul_rn(m_tilde, scale_log2);
           float sum = 0.f;
 #pragma unroll
@@ -297,17 +297,17 @@ __global__ void __launch_bounds__(NT) flash_forward(
             sum += p;
           }
           sum = row_sum(sum);
-          if (cg == 0) l_red[w * B_s + rg + RG * ii] = sum;
+          if (cg == 0) l_red[warp * B_s + rg + RG * ii] = sum;
         }
         __syncwarp();  // this warp's columns of P̃_ij are written and read by its own lanes only
         // P̃_ij V_j over this warp's 16 keys: a partial [B_s][d] product, summed over the warps below.
         float PV[TM][TD] = {};
-        tile_PV<TM, TD, K_w, LD, LDP>(PV, P_ij + rg * LDP + key0, V_j + key0 * LD + 4 * cg);
+        tile_PV<TM, TD, K_w, LD, LDP>(PV, P_ij + rg * LDP + key0, V_s + key0 * LD + 4 * cg);
 #pragma unroll
         for (int ii = 0; ii < TM; ++ii)
 #pragma unroll
           for (int q = 0; q < TD / 4; ++q)
-            *reinterpret_cast<float4*>(O_red + (w * B_s + rg + RG * ii) * d + 4 * cg + 32 * q) =
+            *reinterpret_cast<float4*>(O_red + (warp * B_s + rg + RG * ii) * d + 4 * cg + 32 * q) =
                 make_float4(PV[ii][4 * q], PV[ii][4 * q + 1], PV[ii][4 * q + 2], PV[ii][4 * q + 3]);
         __syncthreads();
 
@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(NT) flash_forward(
           const int r = s0 + tid;
           float m_tilde = -inf, l_tilde = 0.f;
 #pragma unroll
-          for (int v = 0; v < W; ++v) {
+          for (int v = 0; v < kWarps; ++v) {
             m_tilde = fmaxf(m_tilde, m_red[v * B_s + tid]);
             l_tilde += l_red[v * B_s + tid];
           }
@@ -342,7 +342,7 @@ __global__ void __launch_bounds__(NT) flash_forward(
           for (int q = 0; q < d / 32; ++q) {
             float4 s = make_float4(0, 0, 0, 0);
 #pragma unroll
-            for (int v = 0; v < W; ++v) {
+            for (int v = 0; v < kWarps; ++v) {
               const float4 x = *reinterpret_cast<const float4*>(O_red + (v * B_s + o_r) * d + 4 * o_c + 32 * q);
               s.x += x.x, s.y += x.y, s.z += x.z, s.w += x.w;
             }
@@ -390,10 +390,10 @@ size_t workspace_bytes(const Problem& p) {
 
 std::string limits(const Problem& p) {
   if (p.Nq > kMaxN || p.Nk > kMaxN)
-    return "step 04 indexes rows with 32-bit integers: it needs Nq, Nk <= 2^30 (got Nq = " +
+    return "indexes rows with 32-bit integers: it needs Nq, Nk <= 2^30 (got Nq = " +
            std::to_string(p.Nq) + ", Nk = " + std::to_string(p.Nk) + ")";
   if (p.B * p.H > std::numeric_limits<int32_t>::max())
-    return "step 04 launches one thread block per (batch, head): it needs B·H <= 2^31 − 1 (got " +
+    return "launches one thread block per (batch, head): it needs B·H <= 2^31 − 1 (got " +
            std::to_string(p.B * p.H) + ")";
   return "";
 }
@@ -401,12 +401,12 @@ std::string limits(const Problem& p) {
 template <class T, int d>
 void launch(const Problem& p, const ForwardArgs& a) {
   constexpr size_t smem = Smem<d>::bytes;  // 169 KiB at d = 128 (one block per SM), 89 KiB at d = 64 (two)
-  FL_CUDA(cudaFuncSetAttribute(flash_forward<T, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  FL_CUDA(cudaFuncSetAttribute(attention_kernel<T, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   float* O_acc = static_cast<float*>(a.workspace);  // [B][H][Nq][d]
   float* m = O_acc + p.q_elems();                   // [B][H][Nq]
   float* l = m + p.lse_elems();                     // [B][H][Nq]
-  const dim3 grid(unsigned(p.B * p.H)), block(NT);  // one thread block per (b, h)
-  flash_forward<T, d><<<grid, block, smem, static_cast<cudaStream_t>(a.stream)>>>(
+  const dim3 grid(unsigned(p.B * p.H)), block(kThreads);  // one thread block per (b, h)
+  attention_kernel<T, d><<<grid, block, smem, static_cast<cudaStream_t>(a.stream)>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
       a.lse, O_acc, m, l, int(p.H), int(p.H_kv), int(p.Nq), int(p.Nk), float(p.softmax_scale()),
       p.causal);
@@ -414,15 +414,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
 }
 
 void forward(const Problem& p, const ForwardArgs& a) {
-  const std::string why = limits(p);
-  if (!why.empty()) throw Error(why);
-  dispatch_dtype(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float>) throw Error("step 04 stores fp16 or bf16, not fp32");
-    else if (p.d == 64) launch<T, 64>(p, a);
-    else if (p.d == 128) launch<T, 128>(p, a);
-    else throw Error("step 04 supports head dims 64 and 128, not d = " + std::to_string(p.d));
-  });
+  dispatch<CudaCoreD>(p, [&](auto T_, auto d_) { launch<decltype(T_), decltype(d_)::value>(p, a); });
 }
 
 extern const StepImpl impl = {workspace_bytes, forward, limits, nullptr, nullptr};

@@ -5,9 +5,9 @@
 // (the seeds' section 3.2) also parallelises over the sequence: the iterations of the outer loop of
 // Algorithm 1 (line 3, one per Q_i) are independent, so each becomes its own thread block:
 //
-//   thread block (i, b, h):  Q_i → shared memory; O_i = 0, ℓ_i = 0, m_i = −∞ on chip   (lines 3a, 3b)
-//     for j = 1 … T_c:       K_j, V_j → shared memory; S_ij, m_i, P̃_ij, ℓ_i, O_i     (line 3c)
-//     O_i = diag(ℓ_i)⁻¹ O_i,  L_i = m_i + log ℓ_i → device memory                      (lines 3e–3h)
+//   thread block (i, b, h):  Q_i → shared memory; O_i = 0, ℓ_i = 0, m_i = −∞ on chip   (lines 4, 5)
+//     for j = 1 … T_c:       K_j, V_j → shared memory; S_ij, m_i, P̃_ij, ℓ_i, O_i     (lines 6–11)
+//     O_i = diag(ℓ_i)⁻¹ O_i,  L_i = m_i + log ℓ_i → device memory                      (lines 12–15)
 //
 // T_r·B·H = 4096 blocks at the headline problem: every SM is busy, and blocks of the same head run
 // side by side, so their K_j, V_j come from the L2 cache. Nothing else changes: the body of the
@@ -22,7 +22,7 @@
 #include <type_traits>
 
 #include "steps/device/math.cuh"
-#include "steps/ladder.hpp"
+#include "steps/launch.cuh"
 
 namespace fl::s06 {
 
@@ -34,13 +34,13 @@ constexpr int B_r = 64;         // rows of Q_i. K_j, V_j are now re-read once pe
 constexpr int B_s = 16;         // rows of Q_i per split-K pass (a slice): each warp holds a partial
                                 // [B_s][d] P̃_ij V_j in registers, B_s·d/32 = 64 floats per thread at d = 128.
 constexpr int B_c = 64;         // rows of K_j, V_j
-constexpr int W = 4;            // warps per thread block
-constexpr int NT = 32 * W;      // threads per thread block
-constexpr int K_w = B_c / W;    // split-K: keys of K_j per warp (16)
+constexpr int kWarps = 4;       // warps per thread block
+constexpr int kThreads = 32 * kWarps;  // threads per thread block
+constexpr int K_w = B_c / kWarps;  // split-K: keys of K_j per warp (16)
 constexpr int RG = 4, CG = 8;   // a warp's lanes as RG row groups × CG column groups: lane = rg·CG + cg
 constexpr int TM = B_s / RG;    // rows of S_ij per thread: rg, rg + RG, rg + 2·RG, rg + 3·RG (of the slice)
 constexpr int TN = K_w / CG;    // keys of S_ij per thread: cg, cg + CG (within the warp's keys)
-static_assert(NT / CG == B_s, "line 3c.iv gives each row of the slice to CG threads");
+static_assert(kThreads / CG == B_s, "line 10 gives each row of the slice to CG threads");
 
 // Shared memory, in floats. Rows of Q_i, K_j, V_j are padded by 4 floats: the RG rows (or CG keys)
 // that a warp reads at one k then start in different banks, so the 16-byte loads do not conflict.
@@ -52,10 +52,10 @@ struct Smem {
   static constexpr int K = Q + B_r * LD;              // K_j    [B_c][LD]
   static constexpr int V = K + B_c * LD;              // V_j    [B_c][LD]
   static constexpr int P = V + B_c * LD;              // P̃_ij   [B_s][LDP]  (one slice)
-  static constexpr int O_red = P + B_s * LDP;         // each warp's P̃_ij V_j over its keys [W][B_s][d]
-  static constexpr int m_red = O_red + W * B_s * d;   // each warp's row max over its keys  [W][B_s]
-  static constexpr int l_red = m_red + W * B_s;       // each warp's row sum over its keys  [W][B_s]
-  static constexpr int O = l_red + W * B_s;           // O_i    [B_r][d]  on chip from the first K_j to the last
+  static constexpr int O_red = P + B_s * LDP;         // each warp's P̃_ij V_j over its keys [kWarps][B_s][d]
+  static constexpr int m_red = O_red + kWarps * B_s * d;  // each warp's row max over its keys  [kWarps][B_s]
+  static constexpr int l_red = m_red + kWarps * B_s;  // each warp's row sum over its keys  [kWarps][B_s]
+  static constexpr int O = l_red + kWarps * B_s;      // O_i    [B_r][d]  on chip from the first K_j to the last
   static constexpr int m = O + B_r * d;               // m_i    [B_r]
   static constexpr int l = m + B_r;                   // ℓ_i    [B_r]
   static constexpr int a = l + B_r;                   // e^{m_i^(j−1) − m_i^(j)} of the slice [B_s]
@@ -71,10 +71,10 @@ template <class T, int d, int rows, int LD>
 __device__ __forceinline__ void load_tile(float* dst, const T* __restrict__ src, int valid) {
   constexpr int E = 16 / int(sizeof(T));  // elements per 16-byte load
   constexpr int per_row = d / E;
-  static_assert(rows * per_row % NT == 0, "every thread loads the same number of 16-byte pieces");
+  static_assert(rows * per_row % kThreads == 0, "every thread loads the same number of 16-byte pieces");
 #pragma unroll
-  for (int n = 0; n < rows * per_row / NT; ++n) {
-    const int c = int(threadIdx.x) + n * NT;
+  for (int n = 0; n < rows * per_row / kThreads; ++n) {
+    const int c = int(threadIdx.x) + n * kThreads;
     const int r = c / per_row, k = c % per_row * E;
     uint4 raw = make_uint4(0, 0, 0, 0);  // zero bits are 0 in fp32, fp16 and bf16 alike
     if (r < valid) raw = *reinterpret_cast<const uint4*>(src + int64_t(r) * d + k);
@@ -167,7 +167,7 @@ __device__ __forceinline__ void store4(T* dst, float4 v) {
 // ---- The kernel ---------------------------------------------------------------------------------
 
 template <class T, int d>
-__global__ void __launch_bounds__(NT) flash_forward(
+__global__ void __launch_bounds__(kThreads) attention_kernel(
     const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
     float* __restrict__ L, int64_t BH, int H, int H_kv, int Nq, int Nk, float scale, bool causal) {
   const float scale_log2 = scale * 1.4426950408889634f;  // τ·log₂e: e^{τ x} = 2^{x·τ·log₂e}
@@ -176,22 +176,22 @@ __global__ void __launch_bounds__(NT) flash_forward(
   constexpr int TD = d / CG;  // columns of O_i per thread: 4 cg + 32 q, q < d/32
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
-  float* Q_i = smem + Sm::Q;          // [B_r][LD]    in shared memory, fp32
-  float* K_j = smem + Sm::K;          // [B_c][LD]    in shared memory, fp32
-  float* V_j = smem + Sm::V;          // [B_c][LD]    in shared memory, fp32
+  float* Q_s = smem + Sm::Q;          // Q_i: [B_r][LD]    in shared memory, fp32
+  float* K_s = smem + Sm::K;          // K_j: [B_c][LD]    in shared memory, fp32
+  float* V_s = smem + Sm::V;          // V_j: [B_c][LD]    in shared memory, fp32
   float* P_ij = smem + Sm::P;         // [B_s][LDP]   P̃_ij of one slice, each warp its own 16 key columns
-  float* O_red = smem + Sm::O_red;    // [W][B_s][d]  each warp's P̃_ij V_j over its keys
-  float* m_red = smem + Sm::m_red;    // [W][B_s]     each warp's rowmax(S_ij) over its keys
-  float* l_red = smem + Sm::l_red;    // [W][B_s]     each warp's rowsum(P̃_ij) over its keys
+  float* O_red = smem + Sm::O_red;    // [kWarps][B_s][d]  each warp's P̃_ij V_j over its keys
+  float* m_red = smem + Sm::m_red;    // [kWarps][B_s]     each warp's rowmax(S_ij) over its keys
+  float* l_red = smem + Sm::l_red;    // [kWarps][B_s]     each warp's rowsum(P̃_ij) over its keys
   float* O_i = smem + Sm::O;          // [B_r][d]     O_i, un-scaled, on chip
   float* m_i = smem + Sm::m;          // [B_r]        m_i, on chip
   float* l_i = smem + Sm::l;          // [B_r]        ℓ_i, on chip
   float* a_i = smem + Sm::a;          // [B_s]        e^{m_i^(j−1) − m_i^(j)}
 
-  const int tid = int(threadIdx.x), w = tid / 32, lane = tid % 32;
+  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int rg = lane / CG, cg = lane % CG;   // S_ij: rows rg + RG·ii of the slice, keys key0 + cg + CG·jj
-  const int key0 = w * K_w;                   // split-K: this warp's keys of K_j
-  const int o_r = tid / CG, o_c = tid % CG;   // line 3c.iv: this thread owns row o_r of each slice of O_i, columns 4 o_c + 32 q
+  const int key0 = warp * K_w;                // split-K: this warp's keys of K_j
+  const int o_r = tid / CG, o_c = tid % CG;   // line 10: this thread owns row o_r of each slice of O_i, columns 4 o_c + 32 q
   const int T_r = ceil_div(Nq, B_r);
 
   // One thread block per (Q_i, b, h): the Q_i loop of step 05 is the grid.
@@ -205,9 +205,9 @@ __global__ void __launch_bounds__(NT) flash_forward(
     const T* V_bh = V + bh_kv * Nk * d;         // [Nk][d]
     T* O_bh = O + bh * Nq * d;                  // [Nq][d]
     float* L_bh = L + bh * Nq;                  // [Nq]
-    // Line 3a: Q_i → shared memory. Line 3b: O_i = 0, ℓ_i = 0, m_i = −∞ on chip; each thread zeroes
-    // the elements of O_i it owns in line 3c.iv.
-    load_tile<T, d, B_r, LD>(Q_i, Q_bh + int64_t(i0) * d, Nq - i0);
+    // Line 4: Q_i → shared memory. Line 5: O_i = 0, ℓ_i = 0, m_i = −∞ on chip; each thread zeroes
+    // the elements of O_i it owns in line 10.
+    load_tile<T, d, B_r, LD>(Q_s, Q_bh + int64_t(i0) * d, Nq - i0);
     for (int r = o_r; r < B_r; r += B_s)
 #pragma unroll
       for (int q = 0; q < d / 32; ++q) *reinterpret_cast<float4*>(O_i + r * d + 4 * o_c + 32 * q) = make_float4(0, 0, 0, 0);
@@ -223,20 +223,20 @@ __global__ void __launch_bounds__(NT) flash_forward(
 
     for (int j = 0; j < T_c; ++j) {
       const int j0 = j * B_c;
-      // Line 3c.i: K_j, V_j → shared memory. No barrier before overwriting them: a thread gets here
+      // Line 7: K_j, V_j → shared memory. No barrier before overwriting them: a thread gets here
       // only after the last slice's final barrier, and nobody reads K_j or V_j after that one.
-      load_tile<T, d, B_c, LD>(K_j, K_bh + int64_t(j0) * d, Nk - j0);
-      load_tile<T, d, B_c, LD>(V_j, V_bh + int64_t(j0) * d, Nk - j0);
+      load_tile<T, d, B_c, LD>(K_s, K_bh + int64_t(j0) * d, Nk - j0);
+      load_tile<T, d, B_c, LD>(V_s, V_bh + int64_t(j0) * d, Nk - j0);
       __syncthreads();
       // The mask is needed only where K_j runs past Nk, or crosses the diagonal: the first row of
       // Q_i (the one that sees fewest keys) does not see the last key of K_j.
       const bool masked = j0 + B_c > Nk || (causal && j0 + B_c - 1 > i0 + Nk - Nq);
 
       for (int s0 = 0; s0 < B_r; s0 += B_s) {
-        // Line 3c.ii: S_ij = Q_i K_jᵀ for the slice's rows, this warp's 16 keys: a TM × TN tile per
+        // Line 8: S_ij = Q_i K_jᵀ for the slice's rows, this warp's 16 keys: a TM × TN tile per
         // thread, raw: τ joins in the exponent's fmaf.
         float S_ij[TM][TN];
-        tile_QK<TM, TN, d, LD>(S_ij, Q_i + (s0 + rg) * LD, K_j + (key0 + cg) * LD);
+        tile_QK<TM, TN, d, LD>(S_ij, Q_s + (s0 + rg) * LD, K_s + (key0 + cg) * LD);
 #pragma unroll
         for (int ii = 0; ii < TM; ++ii)
 #pragma unroll
@@ -246,15 +246,15 @@ __global__ void __launch_bounds__(NT) flash_forward(
             S_ij[ii][jj] = seen ? S_ij[ii][jj] : -inf;
           }
 
-        // Line 3c.iii: m_i^(j) = max(m_i^(j−1), rowmax(S_ij)): over this warp's keys by shuffles,
-        // then over the W warps through shared memory (the split-K cost that step 07 removes).
+        // Line 9: m_i^(j) = max(m_i^(j−1), rowmax(S_ij)): over this warp's keys by shuffles,
+        // then over the kWarps warps through shared memory (the split-K cost that step 07 removes).
 #pragma unroll
         for (int ii = 0; ii < TM; ++ii) {
           float mx = S_ij[ii][0];
 #pragma unroll
           for (int jj = 1; jj < TN; ++jj) mx = fmaxf(mx, S_ij[ii][jj]);
           mx = row_max(mx);
-          if (cg == 0) m_red[w * B_s + rg + RG * ii] = mx;
+          if (cg == 0) m_red[warp * B_s + rg + RG * ii] = mx;
         }
         __syncthreads();
         // P̃_ij = exp(S_ij − m_i^(j)) and this warp's part of rowsum(P̃_ij). A row that has seen no key
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(NT) flash_forward(
         for (int ii = 0; ii < TM; ++ii) {
           float m_new = m_i[s0 + rg + RG * ii];
 #pragma unroll
-          for (int v = 0; v < W; ++v) m_new = fmaxf(m_new, m_red[v * B_s + rg + RG * ii]);
+          for (int v = 0; v < kWarps; ++v) m_new = fmaxf(m_new, m_red[v * B_s + rg + RG * ii]);
           const float m_sub = m_new == -inf ? 0.f : __fmul_rn(m_new, scale_log2);
           float sum = 0.f;
 #pragma unroll
@@ -273,27 +273,27 @@ __global__ void __launch_bounds__(NT) flash_forward(
             sum += p;
           }
           sum = row_sum(sum);
-          if (cg == 0) l_red[w * B_s + rg + RG * ii] = sum;
+          if (cg == 0) l_red[warp * B_s + rg + RG * ii] = sum;
         }
         __syncwarp();  // this warp's columns of P̃_ij are written and read by its own lanes only
         // P̃_ij V_j over this warp's 16 keys: a partial [B_s][d] product, summed over the warps below.
         float PV[TM][TD] = {};
-        tile_PV<TM, TD, K_w, LD, LDP>(PV, P_ij + rg * LDP + key0, V_j + key0 * LD + 4 * cg);
+        tile_PV<TM, TD, K_w, LD, LDP>(PV, P_ij + rg * LDP + key0, V_s + key0 * LD + 4 * cg);
 #pragma unroll
         for (int ii = 0; ii < TM; ++ii)
 #pragma unroll
           for (int q = 0; q < TD / 4; ++q)
-            *reinterpret_cast<float4*>(O_red + (w * B_s + rg + RG * ii) * d + 4 * cg + 32 * q) =
+            *reinterpret_cast<float4*>(O_red + (warp * B_s + rg + RG * ii) * d + 4 * cg + 32 * q) =
                 make_float4(PV[ii][4 * q], PV[ii][4 * q + 1], PV[ii][4 * q + 2], PV[ii][4 * q + 3]);
         __syncthreads();
 
-        // Line 3c.iii, one thread per row: ℓ_i^(j) = e^{m_i^(j−1) − m_i^(j)} ℓ_i^(j−1) + rowsum(P̃_ij),
-        // m_i ← m_i^(j), and the factor e^{m_i^(j−1) − m_i^(j)} for line 3c.iv. No division.
+        // Line 9, one thread per row: ℓ_i^(j) = e^{m_i^(j−1) − m_i^(j)} ℓ_i^(j−1) + rowsum(P̃_ij),
+        // m_i ← m_i^(j), and the factor e^{m_i^(j−1) − m_i^(j)} for line 10. No division.
         if (tid < B_s) {
           const int r = s0 + tid;
           float m_new = m_i[r], l_tilde = 0.f;
 #pragma unroll
-          for (int v = 0; v < W; ++v) {
+          for (int v = 0; v < kWarps; ++v) {
             m_new = fmaxf(m_new, m_red[v * B_s + tid]);
             l_tilde += l_red[v * B_s + tid];
           }
@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(NT) flash_forward(
           m_i[r] = m_new;
         }
         __syncthreads();
-        // Line 3c.iv: O_i ← diag(e^{m_i^(j−1) − m_i^(j)}) O_i + Σ_w (P̃_ij V_j)_w, on chip and un-scaled.
+        // Line 10: O_i ← diag(e^{m_i^(j−1) − m_i^(j)}) O_i + Σ_w (P̃_ij V_j)_w, on chip and un-scaled.
         {
           const float a = a_i[o_r];
           float* O_row = O_i + (s0 + o_r) * d + 4 * o_c;
@@ -313,7 +313,7 @@ __global__ void __launch_bounds__(NT) flash_forward(
             float4 s = *reinterpret_cast<const float4*>(O_row + 32 * q);
             s.x *= a, s.y *= a, s.z *= a, s.w *= a;
 #pragma unroll
-            for (int v = 0; v < W; ++v) {
+            for (int v = 0; v < kWarps; ++v) {
               const float4 x = *reinterpret_cast<const float4*>(O_red + (v * B_s + o_r) * d + 4 * o_c + 32 * q);
               s.x += x.x, s.y += x.y, s.z += x.z, s.w += x.w;
             }
@@ -324,7 +324,7 @@ __global__ void __launch_bounds__(NT) flash_forward(
     }
 
     __syncthreads();  // ℓ_i, m_i are final (also when causal skipped every K_j of this Q_i)
-    // Lines 3e–3h: O_i = diag(ℓ_i)⁻¹ O_i in the storage type, L_i = m_i + log ℓ_i → device memory.
+    // Lines 12–15: O_i = diag(ℓ_i)⁻¹ O_i in the storage type, L_i = m_i + log ℓ_i → device memory.
     // A row that saw no key has ℓ_i = 0: O = 0 (O_i stayed 0) and L = +∞.
     for (int r = o_r; r < B_r; r += B_s)
       if (i0 + r < Nq) {
@@ -349,7 +349,7 @@ size_t workspace_bytes(const Problem&) { return 0; }  // O_i, ℓ_i, m_i never l
 
 std::string limits(const Problem& p) {
   if (p.Nq > kMaxN || p.Nk > kMaxN)
-    return "step 06 indexes rows with 32-bit integers: it needs Nq, Nk <= 2^30 (got Nq = " +
+    return "indexes rows with 32-bit integers: it needs Nq, Nk <= 2^30 (got Nq = " +
            std::to_string(p.Nq) + ", Nk = " + std::to_string(p.Nk) + ")";
   return "";
 }
@@ -357,25 +357,17 @@ std::string limits(const Problem& p) {
 template <class T, int d>
 void launch(const Problem& p, const ForwardArgs& a) {
   constexpr size_t smem = Smem<d>::bytes;  // 169 KiB at d = 128 (one block per SM), 89 KiB at d = 64 (two)
-  FL_CUDA(cudaFuncSetAttribute(flash_forward<T, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  FL_CUDA(cudaFuncSetAttribute(attention_kernel<T, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const int64_t blocks = ceil_div(p.Nq, int64_t(B_r)) * p.B * p.H;  // one thread block per (Q_i, b, h)
-  const dim3 grid(unsigned(std::min<int64_t>(blocks, std::numeric_limits<int32_t>::max()))), block(NT);
-  flash_forward<T, d><<<grid, block, smem, static_cast<cudaStream_t>(a.stream)>>>(
+  const dim3 grid(unsigned(std::min<int64_t>(blocks, std::numeric_limits<int32_t>::max()))), block(kThreads);
+  attention_kernel<T, d><<<grid, block, smem, static_cast<cudaStream_t>(a.stream)>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
       a.lse, p.B * p.H, int(p.H), int(p.H_kv), int(p.Nq), int(p.Nk), float(p.softmax_scale()), p.causal);
   FL_CUDA(cudaGetLastError());
 }
 
 void forward(const Problem& p, const ForwardArgs& a) {
-  const std::string why = limits(p);
-  if (!why.empty()) throw Error(why);
-  dispatch_dtype(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float>) throw Error("step 06 stores fp16 or bf16, not fp32");
-    else if (p.d == 64) launch<T, 64>(p, a);
-    else if (p.d == 128) launch<T, 128>(p, a);
-    else throw Error("step 06 supports head dims 64 and 128, not d = " + std::to_string(p.d));
-  });
+  dispatch<CudaCoreD>(p, [&](auto T_, auto d_) { launch<decltype(T_), decltype(d_)::value>(p, a); });
 }
 
 extern const StepImpl impl = {workspace_bytes, forward, limits, nullptr, nullptr};

@@ -1,7 +1,7 @@
 // flashladder — step 07: warps split Q_i, not K_j: no reduction across warps.
 //
 // In steps 04–06 the warps of a block split K_j, V_j ("split-K"): every row of S_ij was spread over
-// all W warps, so each row max, each row sum and each row of P̃_ij V_j had to be combined through
+// all the warps, so each row max, each row sum and each row of P̃_ij V_j had to be combined through
 // shared memory, with three barriers per 16 rows. FA2 (the seeds' section 3.3) splits Q_i instead:
 // warp w owns rows [16w, 16w + 16) of Q_i whole, all warps read the same K_j, V_j from shared memory,
 // and each warp computes its own rows of S_ij, P̃_ij and O_i from start to end:
@@ -23,7 +23,7 @@
 #include <type_traits>
 
 #include "steps/device/math.cuh"
-#include "steps/ladder.hpp"
+#include "steps/launch.cuh"
 
 namespace fl::s07 {
 
@@ -32,9 +32,9 @@ constexpr float inf = std::numeric_limits<float>::infinity();
 // ---- Tiles ---------------------------------------------------------------------------------------
 constexpr int B_r = 128;        // rows of Q_i: K_j, V_j are re-read once per Q_i, half as often as with 64
 constexpr int B_c = 64;         // rows of K_j, V_j
-constexpr int W = 8;            // warps per thread block
-constexpr int NT = 32 * W;      // threads per thread block
-constexpr int B_w = B_r / W;    // split-Q: rows of Q_i per warp (16)
+constexpr int kWarps = 8;       // warps per thread block
+constexpr int kThreads = 32 * kWarps;  // threads per thread block
+constexpr int B_w = B_r / kWarps;  // split-Q: rows of Q_i per warp (16)
 constexpr int RG = 4, CG = 8;   // a warp's lanes as RG row groups × CG column groups: lane = rg·CG + cg
 constexpr int TM = B_w / RG;    // rows of S_ij and O_i per thread: rg, rg + RG, rg + 2·RG, rg + 3·RG (of the warp's)
 constexpr int TN = B_c / CG;    // keys of S_ij per thread: cg, cg + CG, …, cg + 7·CG
@@ -61,10 +61,10 @@ template <class T, int d, int rows, int LD>
 __device__ __forceinline__ void load_tile(float* dst, const T* __restrict__ src, int valid) {
   constexpr int E = 16 / int(sizeof(T));  // elements per 16-byte load
   constexpr int per_row = d / E;
-  static_assert(rows * per_row % NT == 0, "every thread loads the same number of 16-byte pieces");
+  static_assert(rows * per_row % kThreads == 0, "every thread loads the same number of 16-byte pieces");
 #pragma unroll
-  for (int n = 0; n < rows * per_row / NT; ++n) {
-    const int c = int(threadIdx.x) + n * NT;
+  for (int n = 0; n < rows * per_row / kThreads; ++n) {
+    const int c = int(threadIdx.x) + n * kThreads;
     const int r = c / per_row, k = c % per_row * E;
     uint4 raw = make_uint4(0, 0, 0, 0);  // zero bits are 0 in fp32, fp16 and bf16 alike
     if (r < valid) raw = *reinterpret_cast<const uint4*>(src + int64_t(r) * d + k);
@@ -160,7 +160,7 @@ __device__ __forceinline__ void store4(T* dst, float4 v) {
 // ---- The kernel ---------------------------------------------------------------------------------
 
 template <class T, int d>
-__global__ void __launch_bounds__(NT, d == 64 ? 2 : 1) flash_forward(
+__global__ void __launch_bounds__(kThreads, d == 64 ? 2 : 1) attention_kernel(
     const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
     float* __restrict__ L, int64_t BH, int H, int H_kv, int Nq, int Nk, float scale, bool causal) {
   const float scale_log2 = scale * 1.4426950408889634f;  // τ·log₂e: e^{τ x} = 2^{x·τ·log₂e}
@@ -169,14 +169,14 @@ __global__ void __launch_bounds__(NT, d == 64 ? 2 : 1) flash_forward(
   constexpr int TD = d / CG;  // columns of O_i per thread: 4 cg + 32 q, q < d/32
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
-  float* Q_i = smem + Sm::Q;          // [B_r][LD]    in shared memory, fp32
-  float* K_j = smem + Sm::K;          // [B_c][LD]    in shared memory, fp32, read by every warp
-  float* V_j = smem + Sm::V;          // [B_c][LD]    in shared memory, fp32, read by every warp
+  float* Q_s = smem + Sm::Q;          // Q_i: [B_r][LD]    in shared memory, fp32
+  float* K_s = smem + Sm::K;          // K_j: [B_c][LD]    in shared memory, fp32, read by every warp
+  float* V_s = smem + Sm::V;          // V_j: [B_c][LD]    in shared memory, fp32, read by every warp
   float* P_ij = smem + Sm::P;         // [B_r][LDP]   P̃_ij, each warp its own B_w rows
 
-  const int tid = int(threadIdx.x), w = tid / 32, lane = tid % 32;
+  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int rg = lane / CG, cg = lane % CG;   // S_ij: rows row0 + RG·ii, keys cg + CG·jj; O_i: columns 4 cg + 32 q
-  const int row0 = w * B_w + rg;              // split-Q: this warp's rows of Q_i are w·B_w … w·B_w + B_w − 1
+  const int row0 = warp * B_w + rg;           // split-Q: this warp's rows of Q_i are warp·B_w … warp·B_w + B_w − 1
   const int T_r = ceil_div(Nq, B_r);
 
   // One thread block per (Q_i, b, h), as in step 06.
@@ -190,9 +190,9 @@ __global__ void __launch_bounds__(NT, d == 64 ? 2 : 1) flash_forward(
     const T* V_bh = V + bh_kv * Nk * d;         // [Nk][d]
     T* O_bh = O + bh * Nq * d;                  // [Nq][d]
     float* L_bh = L + bh * Nq;                  // [Nq]
-    // Line 3a: Q_i → shared memory. Line 3b: O_i = 0, ℓ_i = 0, m_i = −∞ in the registers of the
+    // Line 4: Q_i → shared memory. Line 5: O_i = 0, ℓ_i = 0, m_i = −∞ in the registers of the
     // threads that own the rows (the CG lanes of a row hold the same m_i, ℓ_i).
-    load_tile<T, d, B_r, LD>(Q_i, Q_bh + int64_t(i0) * d, Nq - i0);
+    load_tile<T, d, B_r, LD>(Q_s, Q_bh + int64_t(i0) * d, Nq - i0);
     float O_i[TM][TD] = {};  // [TM][TD] in registers: rows row0 + RG·ii, columns 4 cg + 32 q
     float m_i[TM], l_i[TM];  // [TM] in registers
 #pragma unroll
@@ -208,19 +208,19 @@ __global__ void __launch_bounds__(NT, d == 64 ? 2 : 1) flash_forward(
 
     for (int j = 0; j < T_c; ++j) {
       const int j0 = j * B_c;
-      // Line 3c.i: K_j, V_j → shared memory, one copy for all warps. The barrier at the end of the
+      // Line 7: K_j, V_j → shared memory, one copy for all warps. The barrier at the end of the
       // previous iteration made sure that no warp still reads the old ones.
-      load_tile<T, d, B_c, LD>(K_j, K_bh + int64_t(j0) * d, Nk - j0);
-      load_tile<T, d, B_c, LD>(V_j, V_bh + int64_t(j0) * d, Nk - j0);
+      load_tile<T, d, B_c, LD>(K_s, K_bh + int64_t(j0) * d, Nk - j0);
+      load_tile<T, d, B_c, LD>(V_s, V_bh + int64_t(j0) * d, Nk - j0);
       __syncthreads();
       // The mask is needed only where K_j runs past Nk, or crosses the diagonal: the first row of
       // Q_i (the one that sees fewest keys) does not see the last key of K_j.
       const bool masked = j0 + B_c > Nk || (causal && j0 + B_c - 1 > i0 + Nk - Nq);
 
-      // Line 3c.ii: S_ij = Q_i K_jᵀ for this warp's rows, all B_c keys: a TM × TN tile per thread,
+      // Line 8: S_ij = Q_i K_jᵀ for this warp's rows, all B_c keys: a TM × TN tile per thread,
       // raw: τ joins in the exponent's fmaf.
       float S_ij[TM][TN];
-      tile_QK<TM, TN, d, LD>(S_ij, Q_i + row0 * LD, K_j + cg * LD);
+      tile_QK<TM, TN, d, LD>(S_ij, Q_s + row0 * LD, K_s + cg * LD);
 #pragma unroll
       for (int ii = 0; ii < TM; ++ii)
 #pragma unroll
@@ -230,11 +230,11 @@ __global__ void __launch_bounds__(NT, d == 64 ? 2 : 1) flash_forward(
           S_ij[ii][jj] = seen ? S_ij[ii][jj] : -inf;
         }
 
-      // Line 3c.iii: m_i^(j) = max(m_i^(j−1), rowmax(S_ij)), P̃_ij = exp(S_ij − m_i^(j)),
+      // Line 9: m_i^(j) = max(m_i^(j−1), rowmax(S_ij)), P̃_ij = exp(S_ij − m_i^(j)),
       // ℓ_i^(j) = e^{m_i^(j−1) − m_i^(j)} ℓ_i^(j−1) + rowsum(P̃_ij). A row lives in the CG lanes of one
       // row group: its max and sum are shuffles within the warp, no shared memory, no barrier. A row
       // that has seen no key yet has m_i^(j) = −∞: subtract 0 instead, never −∞ − (−∞).
-      // Line 3c.iv, first half: O_i ← diag(e^{m_i^(j−1) − m_i^(j)}) O_i, in registers.
+      // Line 10, first half: O_i ← diag(e^{m_i^(j−1) − m_i^(j)}) O_i, in registers.
 #pragma unroll
       for (int ii = 0; ii < TM; ++ii) {
         float mx = m_i[ii];
@@ -256,13 +256,13 @@ __global__ void __launch_bounds__(NT, d == 64 ? 2 : 1) flash_forward(
         for (int c = 0; c < TD; ++c) O_i[ii][c] *= alpha;
       }
       __syncwarp();  // this warp's rows of P̃_ij are written and read by its own lanes only
-      // Line 3c.iv, second half: O_i ← O_i + P̃_ij V_j for this warp's rows, over all B_c keys,
+      // Line 10, second half: O_i ← O_i + P̃_ij V_j for this warp's rows, over all B_c keys,
       // straight into the registers of O_i.
-      tile_PV<TM, TD, B_c, LD, LDP>(O_i, P_ij + row0 * LDP, V_j + 4 * cg);
+      tile_PV<TM, TD, B_c, LD, LDP>(O_i, P_ij + row0 * LDP, V_s + 4 * cg);
       __syncthreads();  // every warp is done with K_j, V_j (and Q_i) before they are overwritten
     }
 
-    // Lines 3e–3h: O_i = diag(ℓ_i)⁻¹ O_i in the storage type, L_i = m_i + log ℓ_i → device memory,
+    // Lines 12–15: O_i = diag(ℓ_i)⁻¹ O_i in the storage type, L_i = m_i + log ℓ_i → device memory,
     // each thread its own rows, from registers. A row that saw no key has ℓ_i = 0: O = 0, L = +∞.
 #pragma unroll
     for (int ii = 0; ii < TM; ++ii) {
@@ -287,7 +287,7 @@ size_t workspace_bytes(const Problem&) { return 0; }  // O_i, ℓ_i, m_i never l
 
 std::string limits(const Problem& p) {
   if (p.Nq > kMaxN || p.Nk > kMaxN)
-    return "step 07 indexes rows with 32-bit integers: it needs Nq, Nk <= 2^30 (got Nq = " +
+    return "indexes rows with 32-bit integers: it needs Nq, Nk <= 2^30 (got Nq = " +
            std::to_string(p.Nq) + ", Nk = " + std::to_string(p.Nk) + ")";
   return "";
 }
@@ -295,25 +295,17 @@ std::string limits(const Problem& p) {
 template <class T, int d>
 void launch(const Problem& p, const ForwardArgs& a) {
   constexpr size_t smem = Smem<d>::bytes;  // 168 KiB at d = 128 (one block per SM), 104 KiB at d = 64 (two)
-  FL_CUDA(cudaFuncSetAttribute(flash_forward<T, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  FL_CUDA(cudaFuncSetAttribute(attention_kernel<T, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const int64_t blocks = ceil_div(p.Nq, int64_t(B_r)) * p.B * p.H;  // one thread block per (Q_i, b, h)
-  const dim3 grid(unsigned(std::min<int64_t>(blocks, std::numeric_limits<int32_t>::max()))), block(NT);
-  flash_forward<T, d><<<grid, block, smem, static_cast<cudaStream_t>(a.stream)>>>(
+  const dim3 grid(unsigned(std::min<int64_t>(blocks, std::numeric_limits<int32_t>::max()))), block(kThreads);
+  attention_kernel<T, d><<<grid, block, smem, static_cast<cudaStream_t>(a.stream)>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
       a.lse, p.B * p.H, int(p.H), int(p.H_kv), int(p.Nq), int(p.Nk), float(p.softmax_scale()), p.causal);
   FL_CUDA(cudaGetLastError());
 }
 
 void forward(const Problem& p, const ForwardArgs& a) {
-  const std::string why = limits(p);
-  if (!why.empty()) throw Error(why);
-  dispatch_dtype(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float>) throw Error("step 07 stores fp16 or bf16, not fp32");
-    else if (p.d == 64) launch<T, 64>(p, a);
-    else if (p.d == 128) launch<T, 128>(p, a);
-    else throw Error("step 07 supports head dims 64 and 128, not d = " + std::to_string(p.d));
-  });
+  dispatch<CudaCoreD>(p, [&](auto T_, auto d_) { launch<decltype(T_), decltype(d_)::value>(p, a); });
 }
 
 extern const StepImpl impl = {workspace_bytes, forward, limits, nullptr, nullptr};

@@ -7,7 +7,8 @@
 //
 //   S_ij  = Q_i K_jᵀ     A = Q_i (ldmatrix from shared memory), B = K_jᵀ (ldmatrix of K_j's rows),
 //                        accumulated in fp32 registers: S_ij never exists in shared memory
-//   P̃_ij  = exp(S_ij − m_i)    in the same registers, then rounded to 16 bits in registers and used
+//   P̃_ij  = exp(τ(S_ij − m_i))  in the same registers (step 07's exp2 form: one FFMA and one EX2 per
+//                        element, L_i from log_sum_exp), then rounded to 16 bits in registers and used
 //                        directly as the A operand of the next product (FlashAttention-2's trick: the
 //                        accumulator layout of two 16×8 tiles is the A layout of one 16×16 tile)
 //   O_i  += P̃_ij V_j     B = V_j (ldmatrix.trans: V_j is stored [B_c][d]; the product needs columns)
@@ -17,12 +18,12 @@
 // d = 256. Loads are synchronous (device memory → registers → shared memory, 16 bytes per thread per
 // step) and the shared-memory tiles are plain row-major: at d = 64 a row is 128 bytes, so the 8 rows
 // that one ldmatrix matrix reads all start in the same bank — an 8-way bank conflict. Step 08b removes
-// it (swizzle), 08c overlaps the loads with the math (cp.async), 08d tunes the softmax and the tiles.
+// it (swizzle), 08c overlaps the loads with the math (cp.async), 08d tunes the EX2 and the tiles.
 //
 // Phases of the kernel, with the lines of FA2 Algorithm 1 (the FlashAttention-2 paper's numbering):
 // the grid is line 3 (one block per Q_i); prologue, lines 4–5 (Q_i → shared memory, O_i = 0, ℓ_i = 0,
 // m_i = −∞); main loop, lines 6–11 (load K_j, V_j; S_ij on tensor cores; mask; online softmax; O_i on
-// tensor cores); epilogue, lines 12–15 (diag(ℓ_i)⁻¹ O_i, L_i = m_i + log ℓ_i, write both).
+// tensor cores); epilogue, lines 12–15 (diag(ℓ_i)⁻¹ O_i, L_i = τ m_i + log ℓ_i, write both).
 #include <climits>
 #include <cmath>
 #include <string>
@@ -30,11 +31,9 @@
 
 #include "steps/device/math.cuh"
 #include "steps/device/mma.cuh"
-#include "steps/ladder.hpp"
+#include "steps/launch.cuh"
 
 namespace fl::s08a {
-
-constexpr const char* kStep = "step 08a_tensor_cores";  // for messages
 
 constexpr int B_r = 64;                 // rows of Q_i per thread block
 constexpr int B_c = 64;                 // rows of K_j, V_j per iteration of the inner loop
@@ -78,6 +77,7 @@ __global__ void __launch_bounds__(kThreads)
 attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                  T* __restrict__ O, float* __restrict__ L, int64_t H, int64_t H_kv, int Nq, int Nk,
                  int64_t T_r, float scale, bool causal) {
+  const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
   extern __shared__ __align__(128) unsigned char smem[];
   T* Q_s = reinterpret_cast<T*>(smem);  // Q_i: [B_r][d] in shared memory
   T* K_s = Q_s + B_r * d;               // K_j: [B_c][d] in shared memory
@@ -102,7 +102,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
 
   // The accumulators of this thread's rows: in m-tile mt, r = 0 (row g) and r = 1 (row g + 8).
   float O_i[M_t][d / 8][4];  // O_i: the warp's [16·M_t][d]; O_i[mt][n][2r+e] = O[16mt+g+8r][8n+2t+e]
-  float m_i[M_t][2], l_i[M_t][2];  // running max m_i and running sum ℓ_i of each of those rows
+  float m_i[M_t][2], l_i[M_t][2];  // running max m_i (of the unscaled S) and running sum ℓ_i
 #pragma unroll
   for (int mt = 0; mt < M_t; ++mt) {
 #pragma unroll
@@ -132,7 +132,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
     load_tile<T, d, B_c>(V_s, V_g + int64_t(j0) * d, Nk - j0);
     __syncthreads();  // K_j, V_j (and, at j = 0, Q_i) are in shared memory for every warp
 
-    // Line 8: S_ij = Q_i K_jᵀ, the warp's [16·M_t][B_c] in registers: M_t × B_c/8 tiles, d/16 k-steps.
+    // Line 8: S_ij = Q_i K_jᵀ, unscaled, the warp's [16·M_t][B_c] in registers: M_t × B_c/8 tiles.
     float S_ij[M_t][B_c / 8][4];  // S_ij[mt][n][2r + e] = S[16mt + g + 8r][8n + 2t + e]
 #pragma unroll
     for (int mt = 0; mt < M_t; ++mt)
@@ -168,13 +168,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
       }
     }
 
-    // S_ij = τ Q_i K_jᵀ (τ the softmax scale).
-#pragma unroll
-    for (int mt = 0; mt < M_t; ++mt)
-#pragma unroll
-      for (int n = 0; n < B_c / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) S_ij[mt][n][e] *= scale;
+    // No pass scaling S_ij by τ: the scale is folded into the exponent below.
 
     // Mask only blocks that need it: the partial last block (keys past Nk) and, when causal, the
     // blocks the diagonal crosses (some key past the first row's last visible key, i0 + diag).
@@ -195,8 +189,9 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
         }
     }
 
-    // Online softmax (line 9): m_i^(j) = max(m_i^(j−1), rowmax(S_ij)),
-    // P̃_ij = exp(S_ij − m_i^(j)), ℓ_i^(j) = e^{m_i^(j−1) − m_i^(j)} ℓ_i^(j−1) + rowsum(P̃_ij).
+    // Online softmax (line 9) in base 2, m_i the max of the unscaled S (τ > 0: also the max of τ S):
+    // m_i^(j) = max(m_i^(j−1), rowmax(S_ij)), P̃_ij = 2^(S_ij·τ log2 e − m_i^(j)·τ log2 e),
+    // ℓ_i^(j) = 2^((m_i^(j−1) − m_i^(j))·τ log2 e) ℓ_i^(j−1) + rowsum(P̃_ij).
     // A row lives in the 4 threads of a quad (lanes 4g..4g+3): two xor-shuffles give its max.
 #pragma unroll
     for (int mt = 0; mt < M_t; ++mt)
@@ -208,22 +203,26 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
           m_new = fmaxf(m_new, fmaxf(S_ij[mt][n][2 * r], S_ij[mt][n][2 * r + 1]));
         m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
         m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
-        // A row that has seen no key yet has m_new = −∞; subtracting it would give exp(−∞ + ∞) = NaN.
-        // Subtract 0 instead: every P̃ and the rescale factor are then exp(−∞) = 0, ℓ stays 0.
-        const float m_sub = m_new == -INFINITY ? 0.f : m_new;
-        const float alpha = __expf(m_i[mt][r] - m_sub);  // e^{m_i^(j−1) − m_i^(j)}; 0 at first
+        // A row that has seen no key yet has m_new = −∞; subtracting it would give 2^(−∞ + ∞) = NaN.
+        // Subtract 0 instead: every P̃ and the rescale factor are then 2^(−∞) = 0, ℓ stays 0.
+        const float m_sub = m_new == -INFINITY ? 0.f : __fmul_rn(m_new, scale_log2);
+        // Both products rounded alike (__fmul_rn is never fused into an FMA): written as a·b − m_sub, the
+        // compiler makes it fma(a, b, −m_sub), whose result for an unchanged max is not 0 but the rounding
+        // error of m_sub; 2^that then scales ℓ_i once per K_j, compounding: L was off by 1.8e-4 after
+        // 1024 blocks (N = 131072, test Gpu/LongSequence) and by 4 ulp at scores of 1e4.
+        const float alpha = exp2f(__fmul_rn(m_i[mt][r], scale_log2) - m_sub);  // 0 at first
         m_i[mt][r] = m_new;
         float rowsum = 0.f;
 #pragma unroll
         for (int n = 0; n < B_c / 8; ++n)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {  // S_ij becomes P̃_ij in place
+          for (int e = 0; e < 2; ++e) {  // one FFMA, one EX2 (exp2f); S_ij becomes P̃_ij in place
             float& s = S_ij[mt][n][2 * r + e];
-            s = __expf(s - m_sub);
+            s = exp2f(fmaf(s, scale_log2, -m_sub));
             rowsum += s;
           }
         l_i[mt][r] = alpha * l_i[mt][r] + rowsum;
-        // Line 10, first half: O_i^(j) = diag(e^{m_i^(j−1) − m_i^(j)}) O_i^(j−1) (un-scaled O).
+        // Line 10, first half: O_i^(j) = diag(e^{τ(m_i^(j−1) − m_i^(j))}) O_i^(j−1) (un-scaled O).
 #pragma unroll
         for (int n = 0; n < d / 8; ++n) {
           O_i[mt][n][2 * r] *= alpha;
@@ -264,7 +263,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
     }
   }
 
-  // ---- Epilogue (lines 12–15): O_i = diag(ℓ_i)⁻¹ O_i, L_i = m_i + log ℓ_i, rows past Nq not stored.
+  // ---- Epilogue (lines 12–15): O_i = diag(ℓ_i)⁻¹ O_i, L_i = τ m_i + log ℓ_i, rows past Nq not stored.
 #pragma unroll
   for (int mt = 0; mt < M_t; ++mt)
 #pragma unroll
@@ -272,7 +271,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
       float l = l_i[mt][r];
       l += __shfl_xor_sync(0xffffffffu, l, 1);  // the quad's 4 partial sums: the row's ℓ_i
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      // ℓ_i = 0 only for a row that sees no key (any visible key contributes exp(0) = 1 at the max):
+      // ℓ_i = 0 only for a row that sees no key (any visible key contributes 2^0 = 1 at the max):
       // then O = 0 and L = +∞, so the backward's exp(S − L) is 0.
       const float inv_l = l > 0.f ? 1.f / l : 0.f;
       const int row = (warp * M_t + mt) * 16 + g + 8 * r;  // within Q_i
@@ -281,7 +280,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
         for (int n = 0; n < d / 8; ++n)  // 2 elements (4 bytes) per store
           *reinterpret_cast<uint32_t*>(O_g + int64_t(row) * d + 8 * n + 2 * t) =
               mma::pack2<T>(O_i[mt][n][2 * r] * inv_l, O_i[mt][n][2 * r + 1] * inv_l);
-        if (t == 0) L_g[row] = l > 0.f ? m_i[mt][r] + logf(l) : INFINITY;
+        if (t == 0) L_g[row] = log_sum_exp(m_i[mt][r], l, scale, scale_log2);
       }
     }
 }
@@ -290,11 +289,11 @@ size_t workspace_bytes(const Problem&) { return 0; }
 
 std::string limits(const Problem& p) {
   if (p.Nq >= (int64_t(1) << 30) || p.Nk >= (int64_t(1) << 30))
-    return std::string(kStep) + " keeps row and key indices in 32 bits: Nq = " + std::to_string(p.Nq) +
+    return "keeps row and key indices in 32 bits: Nq = " + std::to_string(p.Nq) +
            " and Nk = " + std::to_string(p.Nk) + " must both be below 2^30";
   const int64_t blocks = ceil_div<int64_t>(p.Nq, B_r) * p.B * p.H;
   if (blocks > INT_MAX)
-    return std::string(kStep) + " launches one thread block per (Q block of " + std::to_string(B_r) +
+    return "launches one thread block per (Q block of " + std::to_string(B_r) +
            " rows, batch, head): " + std::to_string(blocks) + " blocks exceed the grid limit 2^31 − 1";
   return "";
 }
@@ -314,25 +313,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
 }
 
 void forward(const Problem& p, const ForwardArgs& a) {
-  const std::string why = limits(p);
-  if (!why.empty()) throw Error(why);
-  dispatch_dtype(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float>) {
-      throw Error(std::string(kStep) + " needs fp16 or bf16 (16-bit tensor-core operands), not fp32");
-    } else {
-      switch (p.d) {
-        case 32: return launch<T, 32>(p, a);
-        case 64: return launch<T, 64>(p, a);
-        case 96: return launch<T, 96>(p, a);
-        case 128: return launch<T, 128>(p, a);
-        case 256: return launch<T, 256>(p, a);
-        default:
-          throw Error(std::string(kStep) + " does not support head dim d = " + std::to_string(p.d) +
-                      "; it supports d in {32, 64, 96, 128, 256}");
-      }
-    }
-  });
+  dispatch<Fa2D>(p, [&](auto T_, auto d_) { launch<decltype(T_), decltype(d_)::value>(p, a); });
 }
 
 extern const StepImpl impl = {workspace_bytes, forward, limits, nullptr, nullptr};

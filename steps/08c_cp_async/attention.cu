@@ -23,11 +23,9 @@
 
 #include "steps/device/math.cuh"
 #include "steps/device/mma.cuh"
-#include "steps/ladder.hpp"
+#include "steps/launch.cuh"
 
 namespace fl::s08c {
-
-constexpr const char* kStep = "step 08c_cp_async";  // for messages
 
 constexpr int B_r = 64;                 // rows of Q_i per thread block
 constexpr int B_c = 64;                 // rows of K_j, V_j per iteration of the inner loop
@@ -80,6 +78,7 @@ __global__ void __launch_bounds__(kThreads)
 attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                  T* __restrict__ O, float* __restrict__ L, int64_t H, int64_t H_kv, int Nq, int Nk,
                  int64_t T_r, float scale, bool causal) {
+  const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
   extern __shared__ __align__(128) unsigned char smem[];
   T* Q_s = reinterpret_cast<T*>(smem);  // Q_i: [B_r][d] in shared memory
   T* K_buf = Q_s + B_r * d;             // K_j, K_{j+1}: [2][B_c][d] in shared memory (double buffer)
@@ -104,7 +103,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
 
   // The accumulators of this thread's rows: in m-tile mt, r = 0 (row g) and r = 1 (row g + 8).
   float O_i[M_t][d / 8][4];  // O_i: the warp's [16·M_t][d]; O_i[mt][n][2r+e] = O[16mt+g+8r][8n+2t+e]
-  float m_i[M_t][2], l_i[M_t][2];  // running max m_i and running sum ℓ_i of each of those rows
+  float m_i[M_t][2], l_i[M_t][2];  // running max m_i (of the unscaled S) and running sum ℓ_i
 #pragma unroll
   for (int mt = 0; mt < M_t; ++mt) {
 #pragma unroll
@@ -145,7 +144,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
     const T* K_s = K_buf + j % 2 * B_c * d;  // K_j: [B_c][d] in shared memory
     const T* V_s = V_buf + j % 2 * B_c * d;  // V_j: [B_c][d] in shared memory
 
-    // Line 8: S_ij = Q_i K_jᵀ, the warp's [16·M_t][B_c] in registers: M_t × B_c/8 tiles, d/16 k-steps.
+    // Line 8: S_ij = Q_i K_jᵀ, unscaled, the warp's [16·M_t][B_c] in registers: M_t × B_c/8 tiles.
     float S_ij[M_t][B_c / 8][4];  // S_ij[mt][n][2r + e] = S[16mt + g + 8r][8n + 2t + e]
 #pragma unroll
     for (int mt = 0; mt < M_t; ++mt)
@@ -181,13 +180,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
       }
     }
 
-    // S_ij = τ Q_i K_jᵀ (τ the softmax scale).
-#pragma unroll
-    for (int mt = 0; mt < M_t; ++mt)
-#pragma unroll
-      for (int n = 0; n < B_c / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) S_ij[mt][n][e] *= scale;
+    // No pass scaling S_ij by τ: the scale is folded into the exponent below.
 
     // Mask only blocks that need it: the partial last block (keys past Nk) and, when causal, the
     // blocks the diagonal crosses (some key past the first row's last visible key, i0 + diag).
@@ -208,8 +201,9 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
         }
     }
 
-    // Online softmax (line 9): m_i^(j) = max(m_i^(j−1), rowmax(S_ij)),
-    // P̃_ij = exp(S_ij − m_i^(j)), ℓ_i^(j) = e^{m_i^(j−1) − m_i^(j)} ℓ_i^(j−1) + rowsum(P̃_ij).
+    // Online softmax (line 9) in base 2, m_i the max of the unscaled S (τ > 0: also the max of τ S):
+    // m_i^(j) = max(m_i^(j−1), rowmax(S_ij)), P̃_ij = 2^(S_ij·τ log2 e − m_i^(j)·τ log2 e),
+    // ℓ_i^(j) = 2^((m_i^(j−1) − m_i^(j))·τ log2 e) ℓ_i^(j−1) + rowsum(P̃_ij).
     // A row lives in the 4 threads of a quad (lanes 4g..4g+3): two xor-shuffles give its max.
 #pragma unroll
     for (int mt = 0; mt < M_t; ++mt)
@@ -221,22 +215,26 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
           m_new = fmaxf(m_new, fmaxf(S_ij[mt][n][2 * r], S_ij[mt][n][2 * r + 1]));
         m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
         m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
-        // A row that has seen no key yet has m_new = −∞; subtracting it would give exp(−∞ + ∞) = NaN.
-        // Subtract 0 instead: every P̃ and the rescale factor are then exp(−∞) = 0, ℓ stays 0.
-        const float m_sub = m_new == -INFINITY ? 0.f : m_new;
-        const float alpha = __expf(m_i[mt][r] - m_sub);  // e^{m_i^(j−1) − m_i^(j)}; 0 at first
+        // A row that has seen no key yet has m_new = −∞; subtracting it would give 2^(−∞ + ∞) = NaN.
+        // Subtract 0 instead: every P̃ and the rescale factor are then 2^(−∞) = 0, ℓ stays 0.
+        const float m_sub = m_new == -INFINITY ? 0.f : __fmul_rn(m_new, scale_log2);
+        // Both products rounded alike (__fmul_rn is never fused into an FMA): written as a·b − m_sub, the
+        // compiler makes it fma(a, b, −m_sub), whose result for an unchanged max is not 0 but the rounding
+        // error of m_sub; 2^that then scales ℓ_i once per K_j, compounding: L was off by 1.8e-4 after
+        // 1024 blocks (N = 131072, test Gpu/LongSequence) and by 4 ulp at scores of 1e4.
+        const float alpha = exp2f(__fmul_rn(m_i[mt][r], scale_log2) - m_sub);  // 0 at first
         m_i[mt][r] = m_new;
         float rowsum = 0.f;
 #pragma unroll
         for (int n = 0; n < B_c / 8; ++n)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {  // S_ij becomes P̃_ij in place
+          for (int e = 0; e < 2; ++e) {  // one FFMA, one EX2 (exp2f); S_ij becomes P̃_ij in place
             float& s = S_ij[mt][n][2 * r + e];
-            s = __expf(s - m_sub);
+            s = exp2f(fmaf(s, scale_log2, -m_sub));
             rowsum += s;
           }
         l_i[mt][r] = alpha * l_i[mt][r] + rowsum;
-        // Line 10, first half: O_i^(j) = diag(e^{m_i^(j−1) − m_i^(j)}) O_i^(j−1) (un-scaled O).
+        // Line 10, first half: O_i^(j) = diag(e^{τ(m_i^(j−1) − m_i^(j))}) O_i^(j−1) (un-scaled O).
 #pragma unroll
         for (int n = 0; n < d / 8; ++n) {
           O_i[mt][n][2 * r] *= alpha;
@@ -279,7 +277,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
 
   mma::cp_async_wait<0>();  // no copy outlives the loop (with T_c = 0, Q_i's were never waited for)
 
-  // ---- Epilogue (lines 12–15): O_i = diag(ℓ_i)⁻¹ O_i, L_i = m_i + log ℓ_i, rows past Nq not stored.
+  // ---- Epilogue (lines 12–15): O_i = diag(ℓ_i)⁻¹ O_i, L_i = τ m_i + log ℓ_i, rows past Nq not stored.
 #pragma unroll
   for (int mt = 0; mt < M_t; ++mt)
 #pragma unroll
@@ -287,7 +285,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
       float l = l_i[mt][r];
       l += __shfl_xor_sync(0xffffffffu, l, 1);  // the quad's 4 partial sums: the row's ℓ_i
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      // ℓ_i = 0 only for a row that sees no key (any visible key contributes exp(0) = 1 at the max):
+      // ℓ_i = 0 only for a row that sees no key (any visible key contributes 2^0 = 1 at the max):
       // then O = 0 and L = +∞, so the backward's exp(S − L) is 0.
       const float inv_l = l > 0.f ? 1.f / l : 0.f;
       const int row = (warp * M_t + mt) * 16 + g + 8 * r;  // within Q_i
@@ -296,7 +294,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
         for (int n = 0; n < d / 8; ++n)  // 2 elements (4 bytes) per store
           *reinterpret_cast<uint32_t*>(O_g + int64_t(row) * d + 8 * n + 2 * t) =
               mma::pack2<T>(O_i[mt][n][2 * r] * inv_l, O_i[mt][n][2 * r + 1] * inv_l);
-        if (t == 0) L_g[row] = l > 0.f ? m_i[mt][r] + logf(l) : INFINITY;
+        if (t == 0) L_g[row] = log_sum_exp(m_i[mt][r], l, scale, scale_log2);
       }
     }
 }
@@ -305,11 +303,11 @@ size_t workspace_bytes(const Problem&) { return 0; }
 
 std::string limits(const Problem& p) {
   if (p.Nq >= (int64_t(1) << 30) || p.Nk >= (int64_t(1) << 30))
-    return std::string(kStep) + " keeps row and key indices in 32 bits: Nq = " + std::to_string(p.Nq) +
+    return "keeps row and key indices in 32 bits: Nq = " + std::to_string(p.Nq) +
            " and Nk = " + std::to_string(p.Nk) + " must both be below 2^30";
   const int64_t blocks = ceil_div<int64_t>(p.Nq, B_r) * p.B * p.H;
   if (blocks > INT_MAX)
-    return std::string(kStep) + " launches one thread block per (Q block of " + std::to_string(B_r) +
+    return "launches one thread block per (Q block of " + std::to_string(B_r) +
            " rows, batch, head): " + std::to_string(blocks) + " blocks exceed the grid limit 2^31 − 1";
   return "";
 }
@@ -329,25 +327,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
 }
 
 void forward(const Problem& p, const ForwardArgs& a) {
-  const std::string why = limits(p);
-  if (!why.empty()) throw Error(why);
-  dispatch_dtype(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float>) {
-      throw Error(std::string(kStep) + " needs fp16 or bf16 (16-bit tensor-core operands), not fp32");
-    } else {
-      switch (p.d) {
-        case 32: return launch<T, 32>(p, a);
-        case 64: return launch<T, 64>(p, a);
-        case 96: return launch<T, 96>(p, a);
-        case 128: return launch<T, 128>(p, a);
-        case 256: return launch<T, 256>(p, a);
-        default:
-          throw Error(std::string(kStep) + " does not support head dim d = " + std::to_string(p.d) +
-                      "; it supports d in {32, 64, 96, 128, 256}");
-      }
-    }
-  });
+  dispatch<Fa2D>(p, [&](auto T_, auto d_) { launch<decltype(T_), decltype(d_)::value>(p, a); });
 }
 
 extern const StepImpl impl = {workspace_bytes, forward, limits, nullptr, nullptr};

@@ -1,13 +1,12 @@
-// flashladder — step 08d: step 08c with the softmax in the exp2 domain and tiles tuned per head dim.
+// flashladder — step 08d: step 08c with the EX2 without its fix-up and tiles tuned per head dim.
 //
 // Two tuning changes against 08c, both about keeping the tensor cores busy:
 //
-// 1. The softmax in base 2. exp(x) is computed by the hardware as 2^(x·log2 e) (one MUFU.EX2), so
-//    08c's  S *= τ;  exp(S − m)  costs a multiply for τ, a subtract, a multiply by log2 e and the EX2.
-//    With m_i kept on the unscaled scores, P̃_ij = 2^(S_ij·τ·log2 e − m_i·τ·log2 e): one FFMA with
-//    the constant τ·log2 e and one EX2 per element, and no separate pass scaling S_ij. The EX2 is the
-//    .ftz approximation (mma::exp2_approx); weights below 2^−126 flush to 0, which changes nothing here.
-//    L_i = τ·m_i + ln ℓ_i. This needs τ > 0 (so that max(τ·S) = τ·max(S)), which Problem guarantees.
+// 1. The exponential as one instruction. Since step 04 the softmax is in base 2 (P̃_ij =
+//    2^(S_ij·τ·log2 e − m_i·τ·log2 e): one FFMA with the constant τ·log2 e and one EX2 per element).
+//    exp2f() is ex2.approx wrapped in a fix-up for denormal results; here the EX2 is the .ftz
+//    approximation alone (mma::exp2_approx): weights below 2^−126 flush to 0, which changes nothing
+//    here (a weight below 2^−126 of the row's largest, 1, is below fp32's resolution of ℓ_i ≥ 1).
 //
 // 2. Tiles per head dim, and warps that own 32 rows. A warp that owns 16 rows uses each K_j and V_j
 //    fragment it reads from shared memory for one mma: every m16n8k16 (2048 multiply-adds) needs a
@@ -29,11 +28,9 @@
 
 #include "steps/device/math.cuh"
 #include "steps/device/mma.cuh"
-#include "steps/ladder.hpp"
+#include "steps/launch.cuh"
 
 namespace fl::s08d {
-
-constexpr const char* kStep = "step 08d_exp2_tuned";  // for messages
 
 constexpr int B_r = 128;  // rows of Q_i per thread block, every d
 
@@ -319,11 +316,11 @@ size_t workspace_bytes(const Problem&) { return 0; }
 
 std::string limits(const Problem& p) {
   if (p.Nq >= (int64_t(1) << 30) || p.Nk >= (int64_t(1) << 30))
-    return std::string(kStep) + " keeps row and key indices in 32 bits: Nq = " + std::to_string(p.Nq) +
+    return "keeps row and key indices in 32 bits: Nq = " + std::to_string(p.Nq) +
            " and Nk = " + std::to_string(p.Nk) + " must both be below 2^30";
   const int64_t blocks = ceil_div<int64_t>(p.Nq, B_r) * p.B * p.H;
   if (blocks > INT_MAX)
-    return std::string(kStep) + " launches one thread block per (Q block of " + std::to_string(B_r) +
+    return "launches one thread block per (Q block of " + std::to_string(B_r) +
            " rows, batch, head): " + std::to_string(blocks) + " blocks exceed the grid limit 2^31 − 1";
   return "";
 }
@@ -344,25 +341,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
 }
 
 void forward(const Problem& p, const ForwardArgs& a) {
-  const std::string why = limits(p);
-  if (!why.empty()) throw Error(why);
-  dispatch_dtype(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float>) {
-      throw Error(std::string(kStep) + " needs fp16 or bf16 (16-bit tensor-core operands), not fp32");
-    } else {
-      switch (p.d) {
-        case 32: return launch<T, 32>(p, a);
-        case 64: return launch<T, 64>(p, a);
-        case 96: return launch<T, 96>(p, a);
-        case 128: return launch<T, 128>(p, a);
-        case 256: return launch<T, 256>(p, a);
-        default:
-          throw Error(std::string(kStep) + " does not support head dim d = " + std::to_string(p.d) +
-                      "; it supports d in {32, 64, 96, 128, 256}");
-      }
-    }
-  });
+  dispatch<Fa2D>(p, [&](auto T_, auto d_) { launch<decltype(T_), decltype(d_)::value>(p, a); });
 }
 
 extern const StepImpl impl = {workspace_bytes, forward, limits, nullptr, nullptr};

@@ -35,11 +35,9 @@
 #include "steps/device/math.cuh"
 #include "steps/device/mma.cuh"
 #include "steps/device/wgmma.cuh"
-#include "steps/ladder.hpp"
+#include "steps/launch.cuh"
 
 namespace fl::s08f {
-
-constexpr const char* kStep = "step 08f_wgmma_overlap";  // for messages
 
 // The tiles per head dim (see the header): one warpgroup (4 warps) per block, owning M_t m-tiles of
 // 64 rows (the m of wgmma m64nNk16), B_r = 64·M_t rows of Q_i; B_c rows of K_j, V_j per iteration;
@@ -110,7 +108,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;  // fragment row group and column pair (see above)
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  __trap();  // wgmma exists only in sm_90a code; limits() refuses other GPUs before any launch
+  __trap();  // wgmma exists only in sm_90a code; the ladder (Arch::sm90a) refuses other GPUs before any launch
 #else
 
   // blockIdx.x = i + T_r · (b·H + h): the Q blocks of one head are neighbours, so they run together
@@ -307,22 +305,13 @@ size_t workspace_bytes(const Problem&) { return 0; }
 
 std::string limits(const Problem& p) {
   if (p.Nq >= (int64_t(1) << 30) || p.Nk >= (int64_t(1) << 30))
-    return std::string(kStep) + " keeps row and key indices in 32 bits: Nq = " + std::to_string(p.Nq) +
+    return "keeps row and key indices in 32 bits: Nq = " + std::to_string(p.Nq) +
            " and Nk = " + std::to_string(p.Nk) + " must both be below 2^30";
   const int64_t B_r = p.d <= 128 ? 128 : 64;  // Tiles<d>::B_r
   const int64_t blocks = ceil_div<int64_t>(p.Nq, B_r) * p.B * p.H;
   if (blocks > INT_MAX)
-    return std::string(kStep) + " launches one thread block per (Q block of " + std::to_string(B_r) +
+    return "launches one thread block per (Q block of " + std::to_string(B_r) +
            " rows, batch, head): " + std::to_string(blocks) + " blocks exceed the grid limit 2^31 − 1";
-  // wgmma is an sm_90a instruction: only a Hopper GPU (compute capability 9.0) runs this step.
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) == cudaSuccess &&
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-      (major != 9 || minor != 0))
-    return std::string(kStep) + " uses wgmma, which only Hopper GPUs (compute capability 9.0, built for "
-           "sm_90a) have; this GPU is " + std::to_string(major) + "." + std::to_string(minor);
-  cudaGetLastError();  // a failed query (no device) is the runner's to report, not this step's
   return "";
 }
 
@@ -342,25 +331,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
 }
 
 void forward(const Problem& p, const ForwardArgs& a) {
-  const std::string why = limits(p);
-  if (!why.empty()) throw Error(why);
-  dispatch_dtype(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float>) {
-      throw Error(std::string(kStep) + " needs fp16 or bf16 (16-bit tensor-core operands), not fp32");
-    } else {
-      switch (p.d) {
-        case 32: return launch<T, 32>(p, a);
-        case 64: return launch<T, 64>(p, a);
-        case 96: return launch<T, 96>(p, a);
-        case 128: return launch<T, 128>(p, a);
-        case 256: return launch<T, 256>(p, a);
-        default:
-          throw Error(std::string(kStep) + " does not support head dim d = " + std::to_string(p.d) +
-                      "; it supports d in {32, 64, 96, 128, 256}");
-      }
-    }
-  });
+  dispatch<Fa2D>(p, [&](auto T_, auto d_) { launch<decltype(T_), decltype(d_)::value>(p, a); });
 }
 
 extern const StepImpl impl = {workspace_bytes, forward, limits, nullptr, nullptr};

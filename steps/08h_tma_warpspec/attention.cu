@@ -30,11 +30,10 @@
 #include "steps/device/mma.cuh"
 #include "steps/device/tma.cuh"
 #include "steps/device/wgmma.cuh"
-#include "steps/ladder.hpp"
+#include "steps/launch.cuh"
 
 namespace fl::s08h {
 
-constexpr const char* kStep = "step 08h_tma_warpspec";  // for messages
 
 // The tiles per head dim (see the header): one producer warpgroup and kConsumers consumer warpgroups
 // of 64 rows each (the m of wgmma m64nNk16), B_r = 64·kConsumers rows of Q_i; B_c rows of K_j, V_j per
@@ -284,25 +283,16 @@ size_t workspace_bytes(const Problem&) { return 0; }
 
 std::string limits(const Problem& p) {
   if (p.Nq >= (int64_t(1) << 30) || p.Nk >= (int64_t(1) << 30))
-    return std::string(kStep) + " keeps row and key indices in 32 bits: Nq = " + std::to_string(p.Nq) +
+    return "keeps row and key indices in 32 bits: Nq = " + std::to_string(p.Nq) +
            " and Nk = " + std::to_string(p.Nk) + " must both be below 2^30";
   const int64_t B_r = 128;  // Tiles<d>::B_r
   const int64_t blocks = ceil_div<int64_t>(p.Nq, B_r) * p.B * p.H;
   if (blocks > INT_MAX)
-    return std::string(kStep) + " launches one thread block per (Q block of " + std::to_string(B_r) +
+    return "launches one thread block per (Q block of " + std::to_string(B_r) +
            " rows, batch, head): " + std::to_string(blocks) + " blocks exceed the grid limit 2^31 − 1";
   if (p.B * p.H > INT_MAX)
-    return std::string(kStep) + " addresses the (batch, head) slices of its tensor maps with 32-bit coordinates: B·H = " +
+    return "addresses the (batch, head) slices of its tensor maps with 32-bit coordinates: B·H = " +
            std::to_string(p.B * p.H) + " exceeds 2^31 − 1";
-  // wgmma, setmaxnreg and the TMA are sm_90a: only a Hopper GPU (compute capability 9.0) runs this step.
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) == cudaSuccess &&
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-      (major != 9 || minor != 0))
-    return std::string(kStep) + " uses wgmma, setmaxnreg and the TMA, which only Hopper GPUs (compute capability "
-           "9.0, built for sm_90a) have; this GPU is " + std::to_string(major) + "." + std::to_string(minor);
-  cudaGetLastError();  // a failed query (no device) is the runner's to report, not this step's
   return "";
 }
 
@@ -318,7 +308,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
   // Q_i, the K and V rings, 1 + 3·kStages barriers of 8 bytes; 1024 for the panels' alignment.
   const size_t smem = size_t(B_r + 2 * kStages * B_c) * d * sizeof(T) + 8 * (1 + 3 * kStages) + 1024;
   auto kernel = attention_kernel<T, d>;
-  FL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  allow_smem(kernel, smem);
   kernel<<<dim3(unsigned(T_r * p.B * p.H)), dim3(kThreads), smem, static_cast<cudaStream_t>(a.stream)>>>(
       tm_Q, tm_K, tm_V, static_cast<T*>(a.o), a.lse, p.H, p.H_kv, int(p.Nq), int(p.Nk), T_r,
       float(p.softmax_scale()), p.causal);
@@ -326,23 +316,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
 }
 
 void forward(const Problem& p, const ForwardArgs& a) {
-  const std::string why = limits(p);
-  if (!why.empty()) throw Error(why);
-  dispatch_dtype(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float>) {
-      throw Error(std::string(kStep) + " needs fp16 or bf16 (16-bit tensor-core operands), not fp32");
-    } else {
-      switch (p.d) {
-        case 64: return launch<T, 64>(p, a);
-        case 128: return launch<T, 128>(p, a);
-        case 256: return launch<T, 256>(p, a);
-        default:
-          throw Error(std::string(kStep) + " does not support head dim d = " + std::to_string(p.d) +
-                      "; it supports d in {64, 128, 256} (the TMA boxes are 64 columns wide)");
-      }
-    }
-  });
+  dispatch<TmaD>(p, [&](auto T_, auto d_) { launch<decltype(T_), decltype(d_)::value>(p, a); });
 }
 
 extern const StepImpl impl = {workspace_bytes, forward, limits, nullptr, nullptr};

@@ -19,8 +19,10 @@
 //        write dK_j, dV_j
 //   3. dQ (fp32 accumulator) → the storage type.
 //
-// The forward is here too, because the backward needs this step's own O and L: a plain tensor-core
-// FA2 forward (what step 08 builds up, in its simplest form). It is not the timed part.
+// The forward is step 08d's, this step's base: the backward needs O and L from a forward, and any
+// correct one will do, so it runs 08d's (the last forward on mma.sync, which this backward also uses)
+// through 08d's own impl. This file is the backward's kernel 2; kernels 1 and 3, the limits and the
+// workspace are in steps/backward.cuh, which step 09b shares.
 //
 // Work split (kernel 2), following FlashAttention-2's own sm80 kernel: 8 warps; each of the five
 // products gets its own warp grid over its own output, so that every warp has an equal share of every
@@ -32,35 +34,14 @@
 // Fragment names, as in steps/device/mma.cuh: lane = 4·g + t; a thread holds rows g and g + 8 of each 16-row
 // m-tile, and columns 2t, 2t + 1 of each 8-column n-tile. acc[mt][nt][e]: e = 0, 1 row g, e = 2, 3
 // row g + 8; e & 1 the column 2t + (e & 1).
-#include <algorithm>
-#include <climits>
-#include <cmath>
-#include <cstdint>
-#include <string>
-#include <type_traits>
+#include "steps/backward.cuh"
 
-#include "steps/device/math.cuh"
-#include "steps/device/mma.cuh"
-#include "steps/ladder.hpp"
+namespace fl::s08d { extern const StepImpl impl; }  // the forward this step runs: its base's
 
 namespace fl::s09 {
 
 using namespace fl::mma;
-
-constexpr float kLog2e = 1.4426950408889634f;  // exp(x) = exp2(x · log2 e): ex2 is one instruction
-
-/// The sizes a kernel needs, taken from the Problem once. int: limits() keeps every row count at most
-/// 2^29 and every grid below 2^31 blocks; offsets into tensors are computed in int64.
-struct Dims {
-  int B, H, H_kv, group, Nq, Nk;  // group = H / H_kv query heads per K/V head
-  bool causal;
-  float scale;  // softmax_scale
-};
-
-Dims dims_of(const Problem& p) {
-  return {int(p.B), int(p.H), int(p.H_kv), int(p.group()), int(p.Nq), int(p.Nk), p.causal,
-          float(p.softmax_scale())};
-}
+using namespace fl::bwd;
 
 // ==== Shared-memory tiles and tensor-core fragments ================================================
 // Every shared tile is row-major with a row stride of (columns + 8) elements. The 16 padding bytes
@@ -140,7 +121,6 @@ __device__ __forceinline__ void load_b_trans_one(uint32_t (&b)[2], const T* s, i
 /// A is read as rows (load_a) or transposed (A_TRANS: load_a_trans); B as the rows of Bᵀ (load_b) or
 /// as rows (B_TRANS: load_b_trans). Per k-step: MT A fragments, then the n-tiles two at a time.
 /// UNROLL k-steps at a time are unrolled (K / 16: all); the backward's main loop says why it varies.
-/// (The forward, not the timed part here, keeps 2.)
 template <int MT, int NT, int K, bool A_TRANS, bool B_TRANS, int UNROLL = K / 16, class T>
 __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* sA, int lda, int m_w,
                                           const T* sB, int ldb, int n_w, int lane) {
@@ -174,278 +154,6 @@ __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* sA, 
       for (int mt = 0; mt < MT; ++mt) mma_m16n8k16<T>(acc[mt][NT - 1], a[mt], b);
     }
   }
-}
-
-template <int MT, int NT>
-__device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
-}
-
-/// Two neighbouring storage-type elements (one 32-bit word) → two floats.
-template <class T> __device__ __forceinline__ float2 unpack2(uint32_t u);
-template <> __device__ __forceinline__ float2 unpack2<__half>(uint32_t u) {
-  return __half22float2(*reinterpret_cast<const __half2*>(&u));
-}
-template <> __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t u) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
-}
-
-__device__ __forceinline__ void store2(void* p, uint32_t v) { *reinterpret_cast<uint32_t*>(p) = v; }
-
-/// 2^x as one MUFU.EX2 (ex2.approx.ftz). exp2f() is ex2.approx without .ftz, which wraps the MUFU.EX2
-/// in a denormal fix-up; a P below 2^−126 contributes nothing to a gradient, so flushing it is free.
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// ==== Forward: FA2 Algorithm 1 on tensor cores (the O and L the backward reads) =====================
-// One thread block per (Q_i, batch·head); 4 warps that each own 16 whole rows of Q_i, S_ij and O_i;
-// S_ij and P̃_ij V_j on tensor cores with P̃_ij kept in registers; causal blocks above the diagonal
-// skipped, the mask applied only where a block crosses it or the end of K.
-struct FwdTile {
-  static constexpr int B_r = 64;  // rows of Q_i per thread block: 4 warps × 16 rows
-  static constexpr int B_c = 64;  // rows of K_j, V_j per inner iteration
-  static constexpr int kWarps = B_r / 16, kThreads = 32 * kWarps;
-  template <int kD>
-  static constexpr int smem_bytes() { return (B_r + 2 * B_c) * (kD + 8) * 2; }
-};
-
-template <class T, int kD>
-__global__ void __launch_bounds__(FwdTile::kThreads)
-attention_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-               T* __restrict__ o, float* __restrict__ lse, Dims n) {
-  constexpr int B_r = FwdTile::B_r, B_c = FwdTile::B_c, kThreads = FwdTile::kThreads, ld = kD + 8;
-  extern __shared__ __align__(128) unsigned char smem[];
-  T* Q_s = reinterpret_cast<T*>(smem);  // Q_i: [B_r][d] in shared memory (row stride d + 8)
-  T* K_s = Q_s + B_r * ld;              // K_j: [B_c][d] in shared memory
-  T* V_s = K_s + B_c * ld;              // V_j: [B_c][d] in shared memory
-
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  // blockIdx.x = i + T_r·(b·H + h): one flat x dimension (gridDim.y/z would cap B·H at 65535).
-  const int T_r = ceil_div(n.Nq, B_r);
-  const int i = blockIdx.x % T_r, bh = blockIdx.x / T_r;
-  const int b = bh / n.H, h = bh % n.H, hk = h / n.group;  // GQA/MQA: query head h reads K/V head hk
-  const int r0 = i * B_r;                                   // first row of Q_i
-  const T* Q_i = q + (int64_t(bh) * n.Nq + r0) * kD;                  // [min(B_r, Nq − r0)][d]
-  const T* K = k + (int64_t(b) * n.H_kv + hk) * n.Nk * kD;           // [Nk][d]
-  const T* V = v + (int64_t(b) * n.H_kv + hk) * n.Nk * kD;           // [Nk][d]
-
-  // Causal, bottom-right aligned: row r sees key c iff c ≤ r + Nk − Nq. The last real row of Q_i sees
-  // keys [0, c_end); K/V blocks from c_end on are skipped whole (c_end ≤ 0: no row sees any key).
-  const int last_row = min(r0 + B_r, n.Nq) - 1;
-  const int c_end = n.causal ? min(n.Nk, last_row + 1 + n.Nk - n.Nq) : n.Nk;
-  const int T_c = c_end > 0 ? ceil_div(c_end, B_c) : 0;
-
-  // ---- Prologue: Q_i → shared memory (its cp.async group is waited for with K_0, V_0's).
-  load_rows<B_r, kD, kThreads>(Q_s, Q_i, n.Nq - r0, tid);
-  cp_async_commit();
-
-  const int row_w = 16 * warp;                 // this warp's first row within Q_i
-  const float scale_log2 = n.scale * kLog2e;   // exp(scale·s) = exp2(s·scale_log2)
-  float O_i[1][kD / 8][4];  // the warp's O_i [16][d] as d/8 n-tiles, fp32, un-normalised
-  zero(O_i);
-  float m_i[2] = {-INFINITY, -INFINITY};  // running max of rows g, g + 8 (raw scores q·k)
-  float l_i[2] = {0.f, 0.f};  // this thread's share of the running sums ℓ of rows g, g + 8 (its
-                              // columns only: the 4 threads of a row add theirs once, at the end)
-
-  // ---- Main loop over K_j, V_j (Algorithm 1, lines 6–10).
-  for (int j = 0; j < T_c; ++j) {
-    const int c0 = j * B_c;  // first key of K_j
-    __syncthreads();         // every warp is done reading K_{j−1}, V_{j−1}
-    load_rows<B_c, kD, kThreads>(K_s, K + int64_t(c0) * kD, n.Nk - c0, tid);
-    load_rows<B_c, kD, kThreads>(V_s, V + int64_t(c0) * kD, n.Nk - c0, tid);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();  // K_j, V_j (and Q_i) visible to every warp
-
-    // S_ij = Q_i K_jᵀ: the warp's [16][B_c], fp32 accumulators.
-    float S[1][B_c / 8][4];
-    zero(S);
-    warp_gemm<1, B_c / 8, kD, false, false, 2>(S, Q_s, ld, row_w, K_s, ld, 0, lane);
-
-    // Mask only blocks that hold an invisible or missing key; the scale joins in the exponent's fmaf.
-    const bool need_mask = c0 + B_c > n.Nk || (n.causal && c0 + B_c - 1 > r0 + n.Nk - n.Nq);
-#pragma unroll
-    for (int nt = 0; nt < B_c / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = S[0][nt][e];
-        if (need_mask) {
-          const int r = r0 + row_w + g + 8 * (e >> 1), c = c0 + 8 * nt + 2 * t + (e & 1);
-          if (c >= n.Nk || (n.causal && c > r + n.Nk - n.Nq)) x = -INFINITY;
-        }
-        S[0][nt][e] = x;
-      }
-
-    // Online softmax: new row max over the quad (the 4 threads of a row), rescale, P̃_ij = exp2(x − m).
-    float m_sub[2], alpha[2];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      float mx = m_i[hh];
-#pragma unroll
-      for (int nt = 0; nt < B_c / 8; ++nt) mx = fmaxf(mx, fmaxf(S[0][nt][2 * hh], S[0][nt][2 * hh + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      // A row that has seen no key yet keeps m = −∞; subtracting 0 instead gives exp2(−∞) = 0, not NaN.
-      // m_sub = m·scale_log2 rounded once; both products rounded alike (__fmul_rn is never fused).
-      m_sub[hh] = mx == -INFINITY ? 0.f : __fmul_rn(mx, scale_log2);
-      alpha[hh] = exp2f(__fmul_rn(m_i[hh], scale_log2) - m_sub[hh]);  // rescales ℓ and O_i; 0 while m_i was −∞
-      m_i[hh] = mx;
-    }
-#pragma unroll
-    for (int nt = 0; nt < B_c / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) S[0][nt][e] = exp2f(fmaf(S[0][nt][e], scale_log2, -m_sub[e >> 1]));  // P̃_ij
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < B_c / 8; ++nt) sum += S[0][nt][2 * hh] + S[0][nt][2 * hh + 1];
-      l_i[hh] = l_i[hh] * alpha[hh] + sum;
-    }
-#pragma unroll
-    for (int nt = 0; nt < kD / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) O_i[0][nt][e] *= alpha[e >> 1];
-
-    // O_i += P̃_ij V_j: the accumulators of n-tiles 2kk, 2kk + 1 of S_ij are, rounded to 16 bits in
-    // pairs, exactly the A fragment of the k-tile kk (a0 = tile 2kk row g, a1 = row g + 8, a2, a3 =
-    // tile 2kk + 1): P̃_ij never leaves the registers.
-#pragma unroll
-    for (int kk = 0; kk < B_c / 16; ++kk) {
-      const uint32_t a[4] = {pack2<T>(S[0][2 * kk][0], S[0][2 * kk][1]),
-                             pack2<T>(S[0][2 * kk][2], S[0][2 * kk][3]),
-                             pack2<T>(S[0][2 * kk + 1][0], S[0][2 * kk + 1][1]),
-                             pack2<T>(S[0][2 * kk + 1][2], S[0][2 * kk + 1][3])};  // P̃ [16][16]
-#pragma unroll
-      for (int np = 0; np < kD / 16; ++np) {
-        uint32_t bv[4];  // V_j [16 keys][16 columns]: n-tiles 2np, 2np + 1
-        load_b_trans(bv, V_s, ld, 16 * np, 16 * kk, lane);
-        const uint32_t b_lo[2] = {bv[0], bv[1]}, b_hi[2] = {bv[2], bv[3]};
-        mma_m16n8k16<T>(O_i[0][2 * np], a, b_lo);
-        mma_m16n8k16<T>(O_i[0][2 * np + 1], a, b_hi);
-      }
-    }
-  }
-  cp_async_wait<0>();  // T_c = 0: Q_i's copy is still in flight; nothing may be left at exit
-
-  // ---- Epilogue: O_i = diag(ℓ)⁻¹ O_i, L_i = m_i + log ℓ_i (natural log); a row that saw no key gets
-  // O = 0 and L = +∞, so the backward's exp(S − L) is 0 there.
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    float l = l_i[hh];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int r = r0 + row_w + g + 8 * hh;
-    if (r < n.Nq) {
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      T* o_row = o + (int64_t(bh) * n.Nq + r) * kD;
-#pragma unroll
-      for (int nt = 0; nt < kD / 8; ++nt)
-        store2(o_row + 8 * nt + 2 * t, pack2<T>(O_i[0][nt][2 * hh] * inv, O_i[0][nt][2 * hh + 1] * inv));
-      if (t == 0) lse[int64_t(bh) * n.Nq + r] = log_sum_exp(m_i[hh], l, n.scale, scale_log2);
-    }
-  }
-}
-
-/// Calls f(std::integral_constant<int, d>{}) for the head dims this step compiles.
-template <class F>
-void dispatch_d(int64_t d, F&& f) {
-  switch (d) {
-    case 32: f(std::integral_constant<int, 32>{}); return;
-    case 64: f(std::integral_constant<int, 64>{}); return;
-    case 96: f(std::integral_constant<int, 96>{}); return;
-    case 128: f(std::integral_constant<int, 128>{}); return;
-    default: throw Error("step 09_backward: head dim d = " + std::to_string(d) + " is not compiled");
-  }
-}
-
-/// Dynamic shared memory above 48 KiB must be asked for, and the device must have it.
-template <class K>
-void allow_smem(K kernel, int bytes) {
-  int dev = 0, optin = 0;
-  FL_CUDA(cudaGetDevice(&dev));
-  FL_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (bytes > optin)
-    throw Error("step 09_backward needs " + std::to_string(bytes) + " bytes of shared memory per block; this device allows " +
-                std::to_string(optin));
-  FL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
-
-void check_aligned(const void* p, const char* name) {
-  if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
-    throw Error(std::string("step 09_backward: ") + name + " is not 16-byte aligned (cp.async and the vector stores need it)");
-}
-
-size_t workspace_bytes(const Problem&) { return 0; }
-
-void forward(const Problem& p, const ForwardArgs& a) {
-  const std::pair<const void*, const char*> ptrs[] = {{a.q, "Q"}, {a.k, "K"}, {a.v, "V"}, {a.o, "O"}};
-  for (const auto& [ptr, name] : ptrs) check_aligned(ptr, name);
-  const Dims n = dims_of(p);
-  const unsigned blocks = unsigned(ceil_div<int64_t>(p.Nq, FwdTile::B_r) * p.B * p.H);
-  cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
-  dispatch_dtype(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float>) {
-      throw Error("step 09_backward does not support fp32 storage");
-    } else {
-      dispatch_d(p.d, [&](auto dc) {
-        constexpr int kD = decltype(dc)::value;
-        constexpr int smem = FwdTile::smem_bytes<kD>();
-        allow_smem(attention_kernel<T, kD>, smem);
-        attention_kernel<T, kD><<<blocks, FwdTile::kThreads, smem, stream>>>(
-            static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
-            static_cast<T*>(a.o), a.lse, n);
-        FL_CUDA(cudaGetLastError());
-      });
-    }
-  });
-}
-
-// ==== Backward 1 of 3: D = rowsum(dO ∘ O), and the fp32 dQ accumulator set to zero ================
-// D_i = Σ_j P_ij dP_ij is the row term of the softmax's backward (README.md); since O_i = Σ_j P_ij V_j,
-// it equals rowsum(dO_i ∘ O_i): d numbers per row instead of Nk, computed once before the main loop
-// (FlashAttention-1 recomputed it inside). One warp per row; lanes take the row two elements at a time,
-// so one step of a warp reads 128 contiguous bytes of O and of dO.
-constexpr int kRowWarps = 8;
-
-template <class T>
-__global__ void __launch_bounds__(32 * kRowWarps)
-dot_do_o_kernel(const T* __restrict__ o, const T* __restrict__ dO, float* __restrict__ D,
-                float* __restrict__ dQ_acc, int64_t rows, int d) {
-  const int lane = threadIdx.x % 32;
-  for (int64_t row = int64_t(blockIdx.x) * kRowWarps + threadIdx.x / 32; row < rows;
-       row += int64_t(gridDim.x) * kRowWarps) {  // the same trip count for the 32 lanes of a warp
-    const T* o_r = o + row * d;     // O row   [d]
-    const T* do_r = dO + row * d;   // dO row  [d]
-    float sum = 0.f;
-    for (int c = 2 * lane; c < d; c += 64) {
-      const float2 x = unpack2<T>(*reinterpret_cast<const uint32_t*>(o_r + c));
-      const float2 y = unpack2<T>(*reinterpret_cast<const uint32_t*>(do_r + c));
-      sum += x.x * y.x + x.y * y.y;
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    if (lane == 0) D[row] = sum;
-    float4* acc = reinterpret_cast<float4*>(dQ_acc + row * d);  // dQ row [d] fp32 (d % 4 == 0)
-    for (int c = lane; c < d / 4; c += 32) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-}
-
-template <class T>
-void launch_dot_do_o(const Problem& p, const T* o, const T* dO, float* D, float* dQ_acc, cudaStream_t s) {
-  const int64_t rows = p.B * p.H * p.Nq;
-  const unsigned blocks = unsigned(std::min<int64_t>(ceil_div<int64_t>(rows, kRowWarps), 1 << 20));
-  dot_do_o_kernel<T><<<blocks, 32 * kRowWarps, 0, s>>>(o, dO, D, dQ_acc, rows, int(p.d));
-  FL_CUDA(cudaGetLastError());
 }
 
 // ==== Backward 2 of 3: the main loop, one thread block per (K_j/V_j, batch, K/V head) ==============
@@ -701,73 +409,21 @@ void launch_backward_main(const Problem& p, const BackwardArgs& a, const float* 
   FL_CUDA(cudaGetLastError());
 }
 
-// ==== Backward 3 of 3: dQ = scale · (fp32 accumulator), rounded to the storage type ===============
-template <class T>
-__global__ void convert_dq_kernel(const float* __restrict__ dQ_acc, T* __restrict__ dq, int64_t elems, float scale) {
-  for (int64_t x = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4; x < elems;
-       x += int64_t(gridDim.x) * blockDim.x * 4) {
-    const float4 f = *reinterpret_cast<const float4*>(dQ_acc + x);  // 4 of dQ's fp32 [B][H][Nq][d]
-    *reinterpret_cast<uint2*>(dq + x) = make_uint2(pack2<T>(scale * f.x, scale * f.y), pack2<T>(scale * f.z, scale * f.w));
-  }
-}
-
-template <class T>
-void launch_convert_dq(const Problem& p, const float* dQ_acc, T* dq, cudaStream_t s) {
-  const int64_t elems = p.q_elems();  // a multiple of 4: d is
-  const unsigned blocks = unsigned(std::min<int64_t>(ceil_div<int64_t>(elems / 4, 256), 1 << 20));
-  convert_dq_kernel<T><<<blocks, 256, 0, s>>>(dQ_acc, dq, elems, float(p.softmax_scale()));
-  FL_CUDA(cudaGetLastError());
-}
-
 // ==== The step's interface ========================================================================
-std::string limits(const Problem& p) {
-  if (p.d != 32 && p.d != 64 && p.d != 96 && p.d != 128)
-    return "step 09_backward supports d in {32, 64, 96, 128}; d = " + std::to_string(p.d);
-  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
-    return std::string("step 09_backward supports fp16 and bf16; got ") + dtype_name(p.dtype);
-  // Row and key indices are int, and the causal test r + Nk − Nq must not overflow: 2^29 leaves room.
-  const int64_t kMaxRows = int64_t(1) << 29;
-  if (p.Nq > kMaxRows || p.Nk > kMaxRows)
-    return "step 09_backward supports Nq, Nk up to 2^29 (its row indices are int); Nq = " + std::to_string(p.Nq) +
-           ", Nk = " + std::to_string(p.Nk);
-  if (p.B * p.H > INT_MAX)
-    return "step 09_backward supports B·H up to 2^31 − 1; B·H = " + std::to_string(p.B * p.H);
-  const int64_t fwd_blocks = ceil_div<int64_t>(p.Nq, FwdTile::B_r) * p.B * p.H;
-  const int64_t bwd_blocks = ceil_div<int64_t>(p.Nk, 128) * p.B * p.H_kv;  // B_c = 128 at every d
-  if (fwd_blocks > INT_MAX || bwd_blocks > INT_MAX)
-    return "step 09_backward launches one block per tile in a 1-D grid of at most 2^31 − 1 blocks; this "
-           "problem needs " + std::to_string(std::max(fwd_blocks, bwd_blocks));
-  if (p.group() * ceil_div<int64_t>(p.Nq, 64) > kMaxRows)
-    return "step 09_backward walks (query head, Q block) pairs with an int counter; H/H_kv · Nq/64 = " +
-           std::to_string(p.group() * ceil_div<int64_t>(p.Nq, 64)) + " is over 2^29";
-  return "";
-}
+size_t workspace_bytes(const Problem& p) { return s08d::impl.workspace_bytes(p); }
+void forward(const Problem& p, const ForwardArgs& a) { s08d::impl.forward(p, a); }
 
-size_t backward_workspace_bytes(const Problem& p) {
-  // dQ's fp32 accumulator [B][H][Nq][d] first (16-byte aligned rows for float4), then D [B][H][Nq].
-  return sizeof(float) * size_t(p.q_elems() + p.lse_elems());
+std::string limits(const Problem& p) {
+  const std::string why = s08d::impl.limits(p);  // the forward's
+  return why.empty() ? bwd::limits(p) : why;
 }
 
 void backward(const Problem& p, const BackwardArgs& a) {
-  const std::pair<const void*, const char*> ptrs[] = {{a.q, "Q"},   {a.k, "K"},   {a.v, "V"},
-                                                      {a.o, "O"},   {a.dO, "dO"}, {a.dq, "dQ"},
-                                                      {a.dk, "dK"}, {a.dv, "dV"}, {a.workspace, "the workspace"}};
-  for (const auto& [ptr, name] : ptrs) check_aligned(ptr, name);
-  cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
-  float* dQ_acc = static_cast<float*>(a.workspace);  // [B][H][Nq][d] fp32
-  float* D = dQ_acc + p.q_elems();                   // [B][H][Nq] fp32
-  dispatch_dtype(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float>) {
-      throw Error("step 09_backward does not support fp32 storage");
-    } else {
-      launch_dot_do_o<T>(p, static_cast<const T*>(a.o), static_cast<const T*>(a.dO), D, dQ_acc, stream);
-      dispatch_d(p.d, [&](auto dc) { launch_backward_main<T, decltype(dc)::value>(p, a, D, dQ_acc, stream); });
-      launch_convert_dq<T>(p, dQ_acc, static_cast<T*>(a.dq), stream);
-    }
+  bwd::run<BwdD>(p, a, [&](auto T_, auto d_, const float* D, float* dQ_acc, cudaStream_t s) {
+    launch_backward_main<decltype(T_), decltype(d_)::value>(p, a, D, dQ_acc, s);
   });
 }
 
-extern const StepImpl impl = {workspace_bytes, forward, limits, backward_workspace_bytes, backward};
+extern const StepImpl impl = {workspace_bytes, forward, limits, bwd::workspace_bytes, backward};
 
 }  // namespace fl::s09

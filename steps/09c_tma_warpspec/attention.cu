@@ -32,49 +32,16 @@
 #include <string>
 #include <type_traits>
 
-#include "steps/device/math.cuh"
-#include "steps/device/mma.cuh"
+#include "steps/backward.cuh"
 #include "steps/device/tma.cuh"
 #include "steps/device/wgmma.cuh"
-#include "steps/ladder.hpp"
 
 namespace fl::s08i { extern const StepImpl impl; }  // the forward this backward reads O and L from
 
 namespace fl::s09c {
 
 using namespace fl::mma;
-
-constexpr const char* kStep = "step 09c_tma_warpspec";  // for messages
-constexpr float kLog2e = 1.4426950408889634f;  // exp(x) = exp2(x · log2 e): ex2 is one instruction
-
-/// The sizes a kernel needs (as 09b): int, limits() keeps every row count at most 2^29.
-struct Dims {
-  int B, H, H_kv, group, Nq, Nk;  // group = H / H_kv query heads per K/V head
-  bool causal, deterministic;
-  float scale;  // softmax_scale
-};
-
-Dims dims_of(const Problem& p) {
-  return {int(p.B), int(p.H), int(p.H_kv), int(p.group()), int(p.Nq), int(p.Nk), p.causal, p.deterministic,
-          float(p.softmax_scale())};
-}
-
-/// Two neighbouring storage-type elements (one 32-bit word) → two floats.
-template <class T> __device__ __forceinline__ float2 unpack2(uint32_t u);
-template <> __device__ __forceinline__ float2 unpack2<__half>(uint32_t u) {
-  return __half22float2(*reinterpret_cast<const __half2*>(&u));
-}
-template <> __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t u) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
-}
-__device__ __forceinline__ void store2(void* p, uint32_t v) { *reinterpret_cast<uint32_t*>(p) = v; }
-
-/// 2^x as one MUFU.EX2 (ex2.approx.ftz), as 09b.
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
+using namespace fl::bwd;  // Dims, unpack2, exp2_ftz, kLog2e, check_aligned: what the backward steps share
 
 // Tiles (09b's): B_c = 128 keys (2 consumers × 64), B_r = 128 query rows at d = 64 and 64 at d = 128.
 template <int kD>
@@ -470,18 +437,16 @@ void forward(const Problem& p, const ForwardArgs& a) { s08i::impl.forward(p, a);
 std::string limits(const Problem& p) {
   const std::string fwd = s08i::impl.limits(p);
   if (!fwd.empty()) return fwd;
-  if (p.d != 64 && p.d != 128)
-    return std::string(kStep) + " supports d in {64, 128} (the FA2 sweep's); d = " + std::to_string(p.d);
   const int64_t kMaxRows = int64_t(1) << 29;  // int row indices; r + Nk − Nq must not overflow
   if (p.Nq > kMaxRows || p.Nk > kMaxRows)
-    return std::string(kStep) + " supports Nq, Nk up to 2^29 (its row indices are int); Nq = " +
+    return "supports Nq, Nk up to 2^29 (its row indices are int); Nq = " +
            std::to_string(p.Nq) + ", Nk = " + std::to_string(p.Nk);
   const int64_t bwd_blocks = ceil_div<int64_t>(p.Nk, 128) * p.B * p.H_kv;
   if (bwd_blocks > INT_MAX || p.B * p.H * ceil_div<int64_t>(p.Nq, 64) > INT_MAX)
-    return std::string(kStep) + " launches one block per (K/V block of 128, batch, K/V head) and counts "
+    return "launches one block per (K/V block of 128, batch, K/V head) and counts "
            "(batch, head, Q block) triples in int: this problem needs more than 2^31 − 1";
   if (p.group() * ceil_div<int64_t>(p.Nq, 64) > kMaxRows)
-    return std::string(kStep) + " walks (query head, Q block) pairs with an int counter; H/H_kv · Nq/64 = " +
+    return "walks (query head, Q block) pairs with an int counter; H/H_kv · Nq/64 = " +
            std::to_string(p.group() * ceil_div<int64_t>(p.Nq, 64)) + " is over 2^29";
   return "";
 }
@@ -494,10 +459,9 @@ template <class T, int kD>
 void launch_backward(const Problem& p, const BackwardArgs& a) {
   using C = Bwd<kD>;
   cudaStream_t s = static_cast<cudaStream_t>(a.stream);
-  if (reinterpret_cast<uintptr_t>(a.workspace) % 16 != 0 || reinterpret_cast<uintptr_t>(a.dq) % 4 != 0 ||
-      reinterpret_cast<uintptr_t>(a.dk) % 4 != 0 || reinterpret_cast<uintptr_t>(a.dv) % 4 != 0 ||
-      reinterpret_cast<uintptr_t>(a.o) % 4 != 0 || reinterpret_cast<uintptr_t>(a.dO) % 4 != 0)
-    throw Error(std::string(kStep) + " needs the workspace 16-byte aligned and O, dO, dQ, dK, dV 4-byte aligned");
+  const std::pair<const void*, const char*> ptrs[] = {{a.o, "O"},   {a.dO, "dO"}, {a.dq, "dQ"},
+                                                      {a.dk, "dK"}, {a.dv, "dV"}, {a.workspace, "the workspace"}};
+  for (const auto& [ptr, name] : ptrs) check_aligned(ptr, name);  // (Q, K, V: the tensor maps check theirs)
   const Workspace<kD> ws(p, a.workspace);
   const int64_t bh = p.B * p.H, T_r = ceil_div<int64_t>(p.Nq, C::B_r);
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -512,7 +476,7 @@ void launch_backward(const Problem& p, const BackwardArgs& a) {
   const CUtensorMap tm_K = tma::make_tensor_map(a.k, bf16, p.B * p.H_kv, p.Nk, kD, C::B_c, "K");
   const CUtensorMap tm_V = tma::make_tensor_map(a.v, bf16, p.B * p.H_kv, p.Nk, kD, C::B_c, "V");
   auto kernel = backward_kernel<T, kD>;
-  FL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::smem_bytes));
+  allow_smem(kernel, C::smem_bytes);
   const unsigned blocks = unsigned(ceil_div<int64_t>(p.Nk, C::B_c) * p.B * p.H_kv);
   kernel<<<blocks, C::kThreads, C::smem_bytes, s>>>(tm_Q, tm_dO, tm_K, tm_V, ws, static_cast<T*>(a.dk),
                                                      static_cast<T*>(a.dv), dims_of(p));
@@ -525,17 +489,7 @@ void launch_backward(const Problem& p, const BackwardArgs& a) {
 }
 
 void backward(const Problem& p, const BackwardArgs& a) {
-  const std::string why = limits(p);
-  if (!why.empty()) throw Error(why);
-  dispatch_dtype(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float>) {
-      throw Error(std::string(kStep) + " needs fp16 or bf16 (16-bit tensor-core operands), not fp32");
-    } else {
-      if (p.d == 64) launch_backward<T, 64>(p, a);
-      else launch_backward<T, 128>(p, a);
-    }
-  });
+  dispatch<WgmmaBwdD>(p, [&](auto T_, auto d_) { launch_backward<decltype(T_), decltype(d_)::value>(p, a); });
 }
 
 extern const StepImpl impl = {workspace_bytes, forward, limits, backward_workspace_bytes, backward};
