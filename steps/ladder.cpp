@@ -23,6 +23,7 @@ FL_GPU_STEP(s08f)
 FL_GPU_STEP(s08g)
 FL_GPU_STEP(s09)
 FL_GPU_STEP(s09b)
+FL_GPU_STEP(s10)
 #define FL_GPU(x) (&(x))
 
 namespace fl {
@@ -35,6 +36,7 @@ const std::vector<int64_t> kCudaCoreD = {64, 128};
 const std::vector<int64_t> kFa2D = {32, 64, 96, 128, 256};  // the head dims FlashAttention-2 ships
 const std::vector<int64_t> kBwdD = {32, 64, 96, 128};
 const std::vector<int64_t> kWgmmaBwdD = {64, 128};  // the head dims of the FA2 sweep
+const std::vector<int64_t> kDecodeD = {64, 128};
 }  // namespace
 
 const std::vector<Step>& ladder() {
@@ -87,6 +89,9 @@ const std::vector<Step>& ladder() {
       {"09b", "09b_wgmma",
        "the backward's five products on wgmma: S_ijᵀ = K_j Q_iᵀ puts P_ijᵀ and dS_ijᵀ in registers as A operands",
        Where::gpu, true, kGpuTypes, kWgmmaBwdD, FL_GPU(s09b::impl)},
+      {"10", "10_split_kv",
+       "split-KV decoding: the keys split across thread blocks too, partials merged by the logsumexp rule; GQA heads packed into one tile",
+       Where::gpu, false, kGpuTypes, kDecodeD, FL_GPU(s10::impl)},
   };
   return steps;
 }

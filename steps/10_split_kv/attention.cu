@@ -373,25 +373,27 @@ DeviceFacts device_facts() {
   static std::mutex mu;
   static DeviceFacts cache[64];
   static bool known[64] = {};
+  constexpr int smem = int(Tiles<d>::kSmem);
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
-    cudaGetLastError();  // no device: the runner reports that, not this step
+  std::lock_guard<std::mutex> lock(mu);
+  if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 && known[dev]) return cache[dev];
+  DeviceFacts f;
+  // Both storage types have the same resources; the attribute is needed before any launch.
+  const bool ok =
+      cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 &&
+      cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&f.major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+      cudaFuncSetAttribute(attention_kernel<__half, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess &&
+      cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, attention_kernel<__half, d>, kThreads, smem) ==
+          cudaSuccess;
+  if (!ok) {
+    cudaGetLastError();  // no usable device: the runner reports that (and a launch would, checked)
     return {};
   }
-  std::lock_guard<std::mutex> lock(mu);
-  if (!known[dev]) {
-    DeviceFacts f;
-    constexpr int smem = int(Tiles<d>::kSmem);
-    FL_CUDA(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev));
-    FL_CUDA(cudaDeviceGetAttribute(&f.major, cudaDevAttrComputeCapabilityMajor, dev));
-    // Both storage types have the same resources; the attribute is needed before any launch.
-    FL_CUDA(cudaFuncSetAttribute(attention_kernel<__half, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    FL_CUDA(cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    FL_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, attention_kernel<__half, d>, kThreads, smem));
-    cache[dev] = f;
-    known[dev] = true;
-  }
-  return cache[dev];
+  cache[dev] = f;
+  known[dev] = true;
+  return f;
 }
 
 DeviceFacts facts_for(int64_t d) { return d <= 64 ? device_facts<64>() : device_facts<128>(); }
@@ -468,6 +470,9 @@ std::string limits(const Problem& p) {
 template <class T, int d>
 void launch(const Problem& p, const ForwardArgs& a) {
   const DeviceFacts f = device_facts<d>();  // also sets the kernel's shared-memory attribute
+  if (f.sms == 0)  // the query failed: set the attribute here, so that the failure is reported
+    FL_CUDA(cudaFuncSetAttribute(attention_kernel<T, d>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 int(Tiles<d>::kSmem)));
   const int S = splits(p);
   const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, B_r), rows_total = p.lse_elems();
   const auto stream = static_cast<cudaStream_t>(a.stream);
