@@ -266,7 +266,21 @@ def decode_sweep(args, lib, env, out):
                                 t = time_launches(f, sets, args.warmup, args.reps, lead_in_cycles=LEAD_IN)
                             row[name] = emit(name, t, None, {"gqa": "native"})
                         except Exception as e:  # a backend that refuses a shape is reported, not hidden
-                            print(f"  {name} B={B} H_kv={H_kv} Nq={Nq} Nk={Nk}: {e}", file=sys.stderr)
+                            print(f"  {name} B={B} H_kv={H_kv} Nq={Nq} Nk={Nk} (enable_gqa): {e}", file=sys.stderr)
+                            if H_kv == H or kv_bytes * H // H_kv > args.decode_max_bytes:
+                                continue
+                            # Without native GQA the backend reads K, V expanded to H heads: timed so (the record
+                            # says gqa = expanded; kv_bytes stays the problem's own K+V).
+                            try:
+                                sets_x = [{"q": s["q"], "k": s["k"].repeat_interleave(H // H_kv, 1),
+                                           "v": s["v"].repeat_interleave(H // H_kv, 1)} for s in sets[:max(1, nsets // (H // H_kv))]]
+                                with sdpa_kernel(backend), torch.no_grad():
+                                    f = lambda s: F.scaled_dot_product_attention(s["q"], s["k"], s["v"])
+                                    t = time_launches(f, sets_x, args.warmup, args.reps, lead_in_cycles=LEAD_IN)
+                                row[name] = emit(name, t, None, {"gqa": "expanded"})
+                                del sets_x
+                            except Exception as e2:
+                                print(f"  {name} B={B} H_kv={H_kv} Nq={Nq} Nk={Nk} (expanded K, V): {e2}", file=sys.stderr)
                     del sets
                     torch.cuda.empty_cache()
                     cells = "  ".join(f"{k} {r['tflops']:5.1f} TF {r['kv_bytes_per_s'] / 1e12:4.2f} TB/s"
