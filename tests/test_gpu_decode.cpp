@@ -6,8 +6,8 @@
 // poisoned before the launch, so any element left unwritten is NaN and fails.
 //
 // Step 10 (split-KV) runs each case again with the number of splits forced through FLASHLADDER_SPLITS
-// (1: no merge kernel; 3: uneven chunks; 200: more splits than some tiles have key tiles, so splits
-// that see no key of a row must drop out of the merge without a NaN). Then its own properties: the
+// (1: no merge kernel; 3: uneven chunks; 200, clamped to one split per 16 keys: splits that see no
+// key of a row, or no key tile of a row tile at all, must drop out of the merge without a NaN). Then its own properties: the
 // heuristic splits the small decode grids and leaves large grids whole, the workspace it reports is
 // the partials' size, and a bad FLASHLADDER_SPLITS is refused with the reason.
 #include <gtest/gtest.h>
@@ -46,6 +46,10 @@ const std::vector<DecodeCase>& decode_cases() {
       {"mqa32_nq1_nk777", 2, 32, 1, 1, 777, 64, false, DType::bf16, 1.0},
       {"mha_nq3_nk2500_causal_large_logits", 1, 8, 8, 3, 2500, 128, true, DType::f16, 20.0},
       {"gqa4_nq2_nk8192", 4, 16, 4, 2, 8192, 128, false, DType::f16, 1.0},
+      // Not decode, but what the split path must survive: row tiles that see fewer key tiles than
+      // there are splits (whole splits empty for a tile), and tiles whose rows see no key at all.
+      {"mha_nq40_nk50_causal_empty_splits", 2, 4, 4, 40, 50, 64, true, DType::bf16, 1.0},
+      {"gqa2_nq37_nk20_causal_tiles_without_keys", 1, 4, 2, 37, 20, 128, true, DType::f16, 1.0},
       {"gqa8_nq16_nk131072_causal", 1, 8, 1, 16, 131072, 128, true, DType::f16, 1.0},
       {"gqa4_nq1_nk131072", 1, 32, 8, 1, 131072, 128, false, DType::bf16, 1.0},
       {"mha_nq7_nk65536_causal", 1, 4, 4, 7, 65536, 64, true, DType::bf16, 1.0},
