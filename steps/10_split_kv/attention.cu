@@ -4,9 +4,11 @@
 // Every step before this one parallelises over query blocks: B·H·⌈Nq/B_r⌉ thread blocks. When a model
 // generates text, Nq is 1 (or a few rows of speculative decoding) and Nk is the whole KV cache, so
 // that is B·H blocks, each streaming its head's K and V alone; at B = 1, H = 32 they cannot fill 132
-// SMs, and each of the H/H_kv query heads of a GQA group reads the same K/V again. Decoding does ~1
-// multiply-add per K/V byte: it is a memory problem, and the only question is whether K and V stream
-// at the device's bandwidth. Three changes against 08d (the last mma.sync step), one idea:
+// SMs, and each of the H/H_kv query heads of a GQA group reads the same K/V again. Decoding does
+// G·Nq/2 multiply-adds per byte of K and V (G = H/H_kv; 0.5 to 8 on the issue's shapes, against ~100
+// where an H200 turns compute-bound, by its datasheet): it is a memory problem, and the only
+// question is whether K and V stream at the device's bandwidth. Three changes against 08d (the last
+// mma.sync step), one idea:
 //
 // 1. GQA packing. The G = H/H_kv query heads that share K/V head h_kv, times their Nq rows, are ONE
 //    tile of M = G·Nq rows: in the layout [B][H][Nq][d] those rows are contiguous (rows r = h'·Nq + i
@@ -32,10 +34,10 @@
 //    merge inside a block), then the blocks' by the merge kernel.
 //
 // Tensor cores (mma.sync m16n8k16, 08d's fragments), not CUDA cores: the 16-row tile is padded (at
-// Nq = 1, G = 4 three quarters of each mma is wasted), but an m16n8k16 costs one instruction for
-// 2048 multiply-adds; the issue slots it saves are what keeps a warp's loop short, so that the loads,
-// not the math, set the pace. The same kernel also has to give the right answer for any Nq (prefill
-// shapes run as many 16-row tiles with S = 1), where CUDA cores would be 10× slower.
+// Nq = 1, G = 4 three quarters of each mma is wasted), but an m16n8k16 is one warp instruction for
+// 2048 multiply-adds where an FFMA is 32: 16× fewer instructions at 4 real rows, 64× at 16. The issue
+// slots it saves keep a warp's turn through a tile short, so that the loads, not the math, set the
+// pace; and the same kernel must also answer any Nq (prefill shapes run as many 16-row tiles, S = 1).
 #include <climits>
 #include <cmath>
 #include <cstdlib>
