@@ -494,9 +494,18 @@ void launch(const Problem& p, const ForwardArgs& a) {
   pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = pdl;
-  cfg.numAttrs = f.major >= 9 ? 1 : 0;  // programmatic dependent launch is a Hopper feature
-  FL_CUDA(cudaLaunchKernelEx(&cfg, merge_kernel<T, d>, static_cast<const float*>(O_part),
-                             static_cast<const float*>(L_part), static_cast<T*>(a.o), a.lse, S, rows_total));
+  auto merge = merge_kernel<T, d>;
+  const float *O_in = O_part, *L_in = L_part;
+  cudaError_t e = cudaErrorNotSupported;
+  if (f.major >= 9) {  // programmatic dependent launch is a Hopper feature
+    cfg.numAttrs = 1;
+    e = cudaLaunchKernelEx(&cfg, merge, O_in, L_in, static_cast<T*>(a.o), a.lse, S, rows_total);
+    if (e != cudaSuccess) cudaGetLastError();  // refused at once, not sticky: launch without it below
+  }
+  if (e != cudaSuccess) {  // an ordinary launch; griddepcontrol.wait is then a no-op
+    cfg.numAttrs = 0;
+    FL_CUDA(cudaLaunchKernelEx(&cfg, merge, O_in, L_in, static_cast<T*>(a.o), a.lse, S, rows_total));
+  }
   FL_CUDA(cudaGetLastError());
 }
 
