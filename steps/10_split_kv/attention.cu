@@ -38,6 +38,7 @@
 // 2048 multiply-adds where an FFMA is 32: 16× fewer instructions at 4 real rows, 64× at 16. The issue
 // slots it saves keep a warp's turn through a tile short, so that the loads, not the math, set the
 // pace; and the same kernel must also answer any Nq (prefill shapes run as many 16-row tiles, S = 1).
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
