@@ -7,9 +7,10 @@
 //
 // Step 10 (split-KV) runs each case again with the number of splits forced through FLASHLADDER_SPLITS
 // (1: no merge kernel; 3: uneven chunks; 200, clamped to one split per 16 keys: splits that see no
-// key of a row, or no key tile of a row tile at all, must drop out of the merge without a NaN). Then its own properties: the
-// heuristic splits the small decode grids and leaves large grids whole, the workspace it reports is
-// the partials' size, and a bad FLASHLADDER_SPLITS is refused with the reason.
+// key of a row, or no key tile of a row tile at all, must drop out of the merge without a NaN).
+// Then its own properties: the heuristic splits the small decode grids and leaves large grids whole,
+// the workspace it reports is the partials' size, and a bad FLASHLADDER_SPLITS is refused with the
+// reason.
 #include <gtest/gtest.h>
 
 #include <cmath>
