@@ -312,7 +312,8 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
     const float inv_l = l > 0.f ? 1.f / l : 0.f;
     o = make_float4(o.x * inv_l, o.y * inv_l, o.z * inv_l, o.w * inv_l);
     if (S == 1) {  // the final answer: O in the storage type (8-byte stores), L = τ m + ln ℓ or +∞
-      *reinterpret_cast<uint2*>(O + (row_g + row) * d + col) = make_uint2(mma::pack2<T>(o.x, o.y), mma::pack2<T>(o.z, o.w));
+      *reinterpret_cast<uint2*>(O + (row_g + row) * d + col) =
+          make_uint2(mma::pack2<T>(o.x, o.y), mma::pack2<T>(o.z, o.w));
       if (col == 0) L[row_g + row] = log_sum_exp(m, l, scale, scale_log2);
     } else {       // split s's partial: normalised O_s in fp32, L_s (−∞: no key of this chunk)
       const int64_t at_row = int64_t(s) * rows_total + row_g + row;
@@ -323,7 +324,8 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
 }
 
 // The merge of the S partials of one row (one warp per row of [B·H·Nq]), the logsumexp rule:
-//   m = max_s L_s,   ℓ = Σ_s e^{L_s − m},   L = m + ln ℓ,   O = Σ_s e^{L_s − L} O_s = Σ_s (e^{L_s − m}/ℓ) O_s.
+//   m = max_s L_s,   ℓ = Σ_s e^{L_s − m},   L = m + ln ℓ,
+//   O = Σ_s e^{L_s − L} O_s = Σ_s (e^{L_s − m}/ℓ) O_s.
 // A split that saw no key of the row has L_s = −∞ and weight e^{−∞ − m} = 0. If every L_s is −∞ the
 // row saw no key at all: m − m would be NaN, so that case is decided first: O = 0, L = +∞.
 template <class T, int d>
@@ -386,8 +388,10 @@ DeviceFacts device_facts() {
       cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 &&
       cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
       cudaDeviceGetAttribute(&f.major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-      cudaFuncSetAttribute(attention_kernel<__half, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess &&
-      cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess &&
+      cudaFuncSetAttribute(attention_kernel<__half, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+          cudaSuccess &&
+      cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+          cudaSuccess &&
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, attention_kernel<__half, d>, kThreads, smem) ==
           cudaSuccess;
   if (!ok) {
@@ -522,7 +526,8 @@ void forward(const Problem& p, const ForwardArgs& a) {
         case 64: return launch<T, 64>(p, a);
         case 128: return launch<T, 128>(p, a);
         default:
-          throw Error("this step does not support head dim d = " + std::to_string(p.d) + "; it supports d in {64, 128}");
+          throw Error("this step does not support head dim d = " + std::to_string(p.d) +
+                      "; it supports d in {64, 128}");
       }
     }
   });
