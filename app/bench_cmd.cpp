@@ -1,6 +1,6 @@
 // flashladder — app/bench_cmd.cpp: `flashladder check` (steps against the oracle, untimed: what
 // compute-sanitizer runs) and `flashladder bench` (the benchmark of ladder.md: ceilings, the headline
-// problem for every step with cuBLAS standard attention beside it, and the FA2 sweep).
+// problem for every step with cuBLAS standard attention beside it, one decode problem, and the FA2 sweep).
 #include <cmath>
 #include <fstream>
 #include <iomanip>
@@ -155,6 +155,44 @@ int run_bench(const BenchOptions& o) {
     std::cout << "  " << std::left << std::setw(22) << "cublas_attention" << std::right << std::setw(10)
               << std::setprecision(3) << st.median_ms << " ms " << std::setw(8) << std::setprecision(1)
               << r["tflops"].get<double>() << " TFLOP/s\n";
+  }
+
+  // 2b. One decode problem (issue 17): a single query row per head against a long KV cache, GQA
+  //     (B = 16, H = 32, H_kv = 8, Nq = 1, Nk = 32768, d = 128, fp16). Every selected step, checked and
+  //     timed; decoding is a memory problem, so the K+V bytes per second are printed and recorded
+  //     (kv_bytes_per_s) beside TFLOP/s. This row is why step 10 (split-KV) exists.
+  {
+    Problem dp;
+    dp.B = 16; dp.H = 32; dp.H_kv = 8; dp.Nq = 1; dp.Nk = 32768; dp.d = 128; dp.dtype = DType::f16;
+    const double kv_bytes = 2.0 * double(dp.kv_elems()) * dtype_bytes(dp.dtype);
+    std::cout << "\ndecode: " << dp.describe() << " (K+V " << std::setprecision(0) << kv_bytes / (1 << 20)
+              << " MiB)\n";
+    Inputs in = make_inputs(dp, o.seed);
+    Expected e = expected_for(in, false);
+    for (const Step* s : pick(o.headline_steps, true)) {
+      if (!s->refusal(dp).empty()) {
+        std::cout << "  " << std::left << std::setw(22) << s->folder << " not run: " << s->refusal(dp) << "\n";
+        continue;
+      }
+      try {
+        Verdict v = verify(in, run_step(*s, in, false), e, false);
+        Stats st = time_step(*s, dp, false, o.time);
+        nlohmann::json r = make_record(s->folder, "fwd", dp, st, v.tol_used, env);
+        r["extra_bytes"] = extra_bytes(*s, dp, false);
+        r["kv_bytes"] = kv_bytes;
+        r["kv_bytes_per_s"] = kv_bytes / (st.median_ms * 1e-3);
+        emit(r);
+        std::cout << "  " << std::left << std::setw(22) << s->folder << std::right << std::setw(10)
+                  << std::setprecision(3) << st.median_ms << " ms " << std::setw(8) << std::setprecision(1)
+                  << r["tflops"].get<double>() << " TFLOP/s " << std::setw(6) << std::setprecision(2)
+                  << r["kv_bytes_per_s"].get<double>() / 1e12 << " TB/s of K+V  tol used " << std::setprecision(0)
+                  << 100 * v.tol_used << "% " << (v.pass ? "" : "FAIL") << "\n";
+        if (!v.pass)
+          for (const Check& c : v.checks) std::cout << "    " << c.summary() << "\n";
+      } catch (const Error& err) {
+        std::cout << "  " << s->folder << ": ERROR: " << err.what() << "\n";
+      }
+    }
   }
 
   // 3. The FA2 sweep: hidden 2048 (H = 2048/d), B·N = 16384, N = 512 … 16384, d 64 and 128, causal

@@ -46,21 +46,29 @@ def load(lib_path):
 
 
 class Ours:
-    def __init__(self, lib, step, B, H, N, d, causal, dt):
+    def __init__(self, lib, step, B, H, N, d, causal, dt, H_kv=None, Nq=None, Nk=None):
         self.lib, self.step = lib, step.encode()
-        self.args = (B, H, H, N, N, d, int(causal), 0.0, DTYPES[dt][1])
-        self.ws = {}
+        self.args = (B, H, H if H_kv is None else H_kv, N if Nq is None else Nq, N if Nk is None else Nk, d,
+                     int(causal), 0.0, DTYPES[dt][1])
+        self.ws, self.ws_bytes = {}, {}
         for bwd in (0, 1):
             n = lib.fl_workspace_bytes(self.step, *self.args, bwd)
+            self.ws_bytes[bwd] = n
             self.ws[bwd] = None if n < 0 else torch.empty(max(n, 1), dtype=torch.uint8, device="cuda")
+        if self.ws[0] is None:
+            raise RuntimeError(self.lib.fl_last_error().decode())
+
+    def poison_ws(self):
+        self.ws[0].fill_(255)
 
     def _check(self, rc):
         if rc != 0:
             raise RuntimeError(self.lib.fl_last_error().decode())
 
-    def forward(self, q, k, v, o, lse):
+    def forward(self, q, k, v, o, lse, poison_ws=True):
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        self.ws[0].fill_(255)  # poisoned, as in the C++ runner (not inside the timed region)
+        if poison_ws:
+            self.ws[0].fill_(255)  # poisoned, as in the C++ runner (the decode sweep does it before timing)
         self._check(self.lib.fl_forward(self.step, *self.args, q.data_ptr(), k.data_ptr(), v.data_ptr(),
                                         o.data_ptr(), lse.data_ptr(), self.ws[0].data_ptr(), stream))
 
@@ -72,14 +80,19 @@ class Ours:
                                          dv.data_ptr(), self.ws[1].data_ptr(), stream))
 
 
-def time_launches(fn, sets, warmup, reps, before=None):
-    """CUDA events around each launch; before(i) runs untimed first (e.g. poisoning)."""
+def time_launches(fn, sets, warmup, reps, before=None, lead_in_cycles=0):
+    """CUDA events around each launch; before(i) runs untimed first (e.g. poisoning). lead_in_cycles > 0
+    queues a GPU sleep of that many clocks before the start event, so that the GPU is still busy when
+    the host has queued the launch: the events then time the GPU's work, not the host's call overhead
+    (the decode sweep's kernels take microseconds, as long as a Python call)."""
     ms = []
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for it in range(warmup + reps):
         s = sets[it % len(sets)]
         if before:
             before(s)
+        if lead_in_cycles:
+            torch.cuda._sleep(lead_in_cycles)
         start.record()
         fn(s)
         stop.record()
@@ -128,11 +141,12 @@ def grad_check(ours, q, k, v, do, causal, dt):
     return used
 
 
-def tolerance_check(ours_o, q, k, v, causal, dt):
+def tolerance_check(ours_o, q, k, v, causal, dt, gqa=False):
     """Max error of ours against math-fp64, and 2x the math-at-storage-type baseline error + floor."""
+    kw = {"enable_gqa": True} if gqa else {}
     with sdpa_kernel(SDPBackend.MATH):
-        ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
-        base = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal, **kw)
+        base = F.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)
     if not torch.isfinite(ours_o).all():
         return float("inf"), 0.0
     err = (ours_o.double() - ref).abs().max().item()
@@ -140,6 +154,148 @@ def tolerance_check(ours_o, q, k, v, causal, dt):
     u = 2.0 ** -11 if dt == "fp16" else 2.0 ** -8
     tol = 2 * base_err + u * max(1.0, ref.abs().max().item())
     return err, tol
+
+
+# ---- The decode sweep (issue 17) -------------------------------------------------------------------
+# A few query rows against a long KV cache: B in {1, 16, 64}, H = 32, H_kv in {8, 32}, Nq in {1, 4},
+# Nk in {1024 … 131072}, d = 128, fp16, non-causal (PyTorch's is_causal aligns the mask top-left when
+# Nq != Nk; decoding wants bottom-right, where Nq = 1 sees every key anyway). Decoding is a memory
+# problem: ~1 multiply-add per byte of K and V, so besides TFLOP/s each record has the K+V bytes moved
+# per second and their fraction of the device-to-device copy bandwidth measured in the same run
+# (copy: read + write bytes of a 2 GiB cudaMemcpy-like torch copy_, over its time).
+# Every launch (ours and torch's) is timed with a GPU sleep queued before its start event
+# (time_launches' lead_in_cycles), so the figure is the GPU's time, not Python's call overhead.
+LEAD_IN = 2_000_000  # clocks of torch.cuda._sleep, ~1 ms: longer than any host call it has to hide
+
+
+def copy_bandwidth(warmup, reps, nbytes=2 << 30):
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(1)
+    dst = torch.empty_like(src)
+    t = time_launches(lambda _: dst.copy_(src), [None], warmup, reps, lead_in_cycles=LEAD_IN)
+    del src, dst
+    torch.cuda.empty_cache()
+    return t, 2.0 * nbytes / (t["median_ms"] * 1e-3)
+
+
+def decode_sweep(args, lib, env, out):
+    failures = []
+    t_copy, copy_bw = copy_bandwidth(args.warmup, args.reps)
+    rec = {"impl": "d2d_copy", "pass": "copy", "dtype": "u8", "B": None, "H": None, "H_kv": None, "Nq": None,
+           "Nk": None, "d": None, "causal": None, **t_copy, "tflops": None, "tol_used": None,
+           "bytes": 2 << 30, "bytes_per_s": copy_bw, **env, "suite": "compare_torch_decode",
+           "note": "device-to-device copy of 2 GiB (torch copy_), bytes_per_s counts read + write"}
+    if out:
+        out.write(json.dumps(rec) + "\n")
+        out.flush()
+    print(f"decode sweep: device-to-device copy {copy_bw / 1e12:.2f} TB/s (read + write, 2 GiB, median of {args.reps})",
+          flush=True)
+    steps = [x for x in args.decode_steps.split(",") if x]
+    forced = [int(x) for x in args.decode_splits.split(",") if x]
+    dt, d, H, causal = "fp16", 128, 32, False
+    tdt = DTYPES[dt][0]
+    props = torch.cuda.get_device_properties(0)
+    l2 = getattr(props, "L2_cache_size", 60 << 20)
+    for B in [int(x) for x in args.decode_b.split(",")]:
+        for H_kv in [int(x) for x in args.decode_hkv.split(",")]:
+            for Nq in [int(x) for x in args.decode_nq.split(",")]:
+                for Nk in [int(x) for x in args.decode_nk.split(",")]:
+                    kv_bytes = 2 * B * H_kv * Nk * d * 2
+                    if kv_bytes > args.decode_max_bytes:
+                        print(f"B={B:2d} H_kv={H_kv:2d} Nq={Nq} Nk={Nk:6d}: not run: K+V are {kv_bytes / 2**30:.0f} GiB, "
+                              f"over --decode-max-bytes ({args.decode_max_bytes / 2**30:.0f} GiB)", flush=True)
+                        continue
+                    nsets = max(1, min(64, (2 * l2) // kv_bytes + 1))
+                    g = torch.Generator(device="cuda").manual_seed(17)
+                    sets = []
+                    for _ in range(nsets):
+                        q = torch.randn(B, H, Nq, d, device="cuda", dtype=tdt, generator=g).add_(0.5)
+                        k = torch.randn(B, H_kv, Nk, d, device="cuda", dtype=tdt, generator=g).add_(0.5)
+                        v = torch.randn(B, H_kv, Nk, d, device="cuda", dtype=tdt, generator=g).add_(0.5)
+                        sets.append({"q": q, "k": k, "v": v, "o": torch.empty_like(q),
+                                     "lse": torch.empty(B, H, Nq, device="cuda", dtype=torch.float32)})
+                    fl = 4.0 * B * H * Nq * Nk * d
+
+                    def emit(impl, t, tol_used, extra):
+                        r = {"impl": impl, "pass": "fwd", "dtype": dt, "B": B, "H": H, "H_kv": H_kv, "Nq": Nq, "Nk": Nk,
+                             "d": d, "causal": causal, **t, "tflops": fl / (t["median_ms"] * 1e-3) / 1e12,
+                             "tol_used": tol_used, "kv_bytes": kv_bytes,
+                             "kv_bytes_per_s": kv_bytes / (t["median_ms"] * 1e-3), "copy_bytes_per_s": copy_bw,
+                             **env, "suite": "compare_torch_decode", **extra}
+                        r["kv_frac_of_copy"] = r["kv_bytes_per_s"] / copy_bw
+                        if out:
+                            out.write(json.dumps(r) + "\n")
+                            out.flush()
+                        return r
+
+                    row = {}
+                    runs = [(st, None) for st in steps] + [("10_split_kv", S) for S in forced]
+                    for step, S in runs:
+                        label = step if S is None else f"{step}@S={S}"
+                        try:
+                            if S is not None:
+                                os.environ["FLASHLADDER_SPLITS"] = str(S)
+                            ours = Ours(lib, step, B, H, None, d, causal, dt, H_kv=H_kv, Nq=Nq, Nk=Nk)
+                            extra = {}
+                            if step.startswith("10"):  # the S it used: its workspace is S x rows x (d + 1) floats
+                                per = B * H * Nq * (d + 1) * 4
+                                extra["splits"] = max(1, ours.ws_bytes[0] // per)
+                                extra["splits_forced"] = S is not None
+                            fwd = lambda s, ours=ours: ours.forward(s["q"], s["k"], s["v"], s["o"], s["lse"], poison_ws=False)
+                            poison = lambda s, ours=ours: (s["o"].fill_(float("nan")), s["lse"].fill_(float("nan")),
+                                                          ours.poison_ws())
+                            tol_used = None
+                            if kv_bytes <= args.decode_check_max_bytes:
+                                s0 = sets[0]
+                                poison(s0)
+                                fwd(s0)
+                                torch.cuda.synchronize()
+                                err, tol = tolerance_check(s0["o"], s0["q"], s0["k"], s0["v"], causal, dt, gqa=True)
+                                tol_used = err / tol
+                                if not err <= tol:
+                                    failures.append(f"{label} decode B={B} H_kv={H_kv} Nq={Nq} Nk={Nk}: error {err:.3g} > "
+                                                    f"tolerance {tol:.3g}")
+                            t = time_launches(fwd, sets, args.warmup, args.reps, before=poison, lead_in_cycles=LEAD_IN)
+                            row[label] = emit(step, t, tol_used, extra)
+                        except Exception as e:
+                            print(f"  {label} B={B} H_kv={H_kv} Nq={Nq} Nk={Nk}: {e}", file=sys.stderr)
+                            failures.append(f"{label} decode B={B} H_kv={H_kv} Nq={Nq} Nk={Nk}: {e}")
+                        finally:
+                            os.environ.pop("FLASHLADDER_SPLITS", None)
+                    for name, backend in (("torch_flash", SDPBackend.FLASH_ATTENTION), ("torch_cudnn", SDPBackend.CUDNN_ATTENTION)):
+                        try:
+                            with sdpa_kernel(backend), torch.no_grad():
+                                f = lambda s: F.scaled_dot_product_attention(s["q"], s["k"], s["v"], enable_gqa=True)
+                                t = time_launches(f, sets, args.warmup, args.reps, lead_in_cycles=LEAD_IN)
+                            row[name] = emit(name, t, None, {"gqa": "native"})
+                        except Exception as e:  # a backend that refuses a shape is reported, not hidden
+                            print(f"  {name} B={B} H_kv={H_kv} Nq={Nq} Nk={Nk} (enable_gqa): {e}", file=sys.stderr)
+                            if H_kv == H or kv_bytes * H // H_kv > args.decode_max_bytes:
+                                continue
+                            # Without native GQA the backend reads K, V expanded to H heads: timed so (the record
+                            # says gqa = expanded; kv_bytes stays the problem's own K+V).
+                            try:
+                                sets_x = [{"q": s["q"], "k": s["k"].repeat_interleave(H // H_kv, 1),
+                                           "v": s["v"].repeat_interleave(H // H_kv, 1)} for s in sets[:max(1, nsets // (H // H_kv))]]
+                                with sdpa_kernel(backend), torch.no_grad():
+                                    f = lambda s: F.scaled_dot_product_attention(s["q"], s["k"], s["v"])
+                                    t = time_launches(f, sets_x, args.warmup, args.reps, lead_in_cycles=LEAD_IN)
+                                row[name] = emit(name, t, None, {"gqa": "expanded"})
+                                del sets_x
+                            except Exception as e2:
+                                print(f"  {name} B={B} H_kv={H_kv} Nq={Nq} Nk={Nk} (expanded K, V): {e2}", file=sys.stderr)
+                    del sets
+                    torch.cuda.empty_cache()
+                    cells = "  ".join(f"{k} {r['tflops']:5.1f} TF {r['kv_bytes_per_s'] / 1e12:4.2f} TB/s"
+                                      + (f" (S={r['splits']})" if "splits" in r else "") for k, r in row.items())
+                    ratio = ""
+                    if "10_split_kv" in row:
+                        ms = row["10_split_kv"]["median_ms"]
+                        ratio = "  10/flash {:.2f}  10/cudnn {:.2f}  10 at {:.0%} of copy".format(
+                            row["torch_flash"]["median_ms"] / ms if "torch_flash" in row else float("nan"),
+                            row["torch_cudnn"]["median_ms"] / ms if "torch_cudnn" in row else float("nan"),
+                            row["10_split_kv"]["kv_frac_of_copy"])
+                    print(f"B={B:2d} H_kv={H_kv:2d} Nq={Nq} Nk={Nk:6d}: {cells}{ratio}", flush=True)
+    return failures
 
 
 def main():
@@ -157,6 +313,19 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--ns", default="512,1024,2048,4096,8192,16384", help="sequence lengths of the FA2 sweep")
     ap.add_argument("--check-max-n", type=int, default=2048, help="check against fp64 math only up to this N")
+    ap.add_argument("--sweeps", default="fa2", help="which sweeps, comma-separated: fa2 (the FA2 paper's), decode")
+    ap.add_argument("--decode-steps", default="08g_smem_epilogue,10_split_kv",
+                    help="our forward steps in the decode sweep (10_split_kv's ratios are printed)")
+    ap.add_argument("--decode-b", default="1,16,64")
+    ap.add_argument("--decode-hkv", default="8,32")
+    ap.add_argument("--decode-nq", default="1,4")
+    ap.add_argument("--decode-nk", default="1024,8192,32768,131072")
+    ap.add_argument("--decode-splits", default="",
+                    help="also time 10_split_kv with FLASHLADDER_SPLITS forced to each of these (the heuristic's check)")
+    ap.add_argument("--decode-max-bytes", type=float, default=40 * 2**30,
+                    help="skip decode points whose K+V exceed this many bytes (B=64, H_kv=32, Nk=131072 is 128 GiB)")
+    ap.add_argument("--decode-check-max-bytes", type=float, default=512 * 2**20,
+                    help="check decode outputs against fp64 math up to this many K+V bytes")
     args = ap.parse_args()
 
     if not torch.cuda.is_available():
@@ -187,12 +356,14 @@ def main():
             out.flush()
         return r
 
+    sweeps = [x for x in args.sweeps.split(",") if x]
     points = []
-    for d in (64, 128):
+    for d in ((64, 128) if "fa2" in sweeps else ()):
         for causal in (False, True):
             for N in [int(x) for x in args.ns.split(",")]:
                 points.append((16384 // N, 2048 // d, N, d, causal, "fp16"))
-    points.append((4, 16, 4096, 128, False, "bf16"))  # the headline in bf16 too
+    if "fa2" in sweeps:
+        points.append((4, 16, 4096, 128, False, "bf16"))  # the headline in bf16 too
 
     fwd_steps = [x for x in args.fwd_step.split(",") if x]
     failures = []
@@ -304,6 +475,8 @@ def main():
                  f" /cudnn {row.get('ours_bwd', float('nan')) / row.get('torch_cudnn_bwd', float('nan')):5.2f}"
                  + f" det {row.get(bwd_steps[-1] + '_det_bwd', float('nan')):6.1f}"
                  + f" check {row.get('bwd_check', '-')}" if bwd_steps else ""), flush=True)
+    if "decode" in sweeps:
+        failures += decode_sweep(args, lib, env, out)
     if out:
         out.close()
     if failures:

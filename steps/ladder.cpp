@@ -30,6 +30,7 @@ FL_GPU_STEP(s08i)
 FL_GPU_STEP(s09)
 FL_GPU_STEP(s09b)
 FL_GPU_STEP(s09c)
+FL_GPU_STEP(s10)
 #define FL_GPU(x) (&(x))
 
 namespace fl {
@@ -102,6 +103,9 @@ const std::vector<Step>& ladder() {
        "the backward with a TMA producer and warp-specialised consumers; dQ added by one bulk reduction per block; a deterministic order",
        Where::gpu, true, kGpuTypes, WgmmaBwdD::list(), FL_GPU(s09c::impl), "09b", Arch::sm90a,
        /*deterministic_backward=*/true},
+      {"10", "10_split_kv",
+       "split-KV decoding: the keys split across thread blocks too, partials merged by the logsumexp rule; GQA heads packed into one tile",
+       Where::gpu, false, kGpuTypes, DecodeD::list(), FL_GPU(s10::impl), "08d"},
   };
   return steps;
 }

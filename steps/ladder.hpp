@@ -96,6 +96,7 @@ using CudaCoreD = HeadDims<64, 128>;            // 03–07: the two head dims of
 using Fa2D = HeadDims<32, 64, 96, 128, 256>;    // the head dims FlashAttention-2 ships
 using BwdD = HeadDims<32, 64, 96, 128>;         // step 09: d = 256 needs more shared memory than 228 KiB
 using WgmmaBwdD = HeadDims<64, 128>;            // step 09b: the head dims of the FA2 sweep
+using DecodeD = HeadDims<64, 128>;              // step 10: the decode sweep's (96 needs 08d's other swizzle)
 using TmaD = HeadDims<64, 128, 256>;            // 08h, 08i: TMA boxes of 64 columns (the 128-byte swizzle)
 
 struct Step {

@@ -1,0 +1,523 @@
+// flashladder — step 10: split-KV decoding ("flash-decoding"): the keys are split across thread blocks
+// too, and the partial results are merged by the logsumexp rule.
+//
+// Every step before this one parallelises over query blocks: B·H·⌈Nq/B_r⌉ thread blocks. When a model
+// generates text, Nq is 1 (or a few rows of speculative decoding) and Nk is the whole KV cache, so
+// that is B·H blocks, each streaming its head's K and V alone; at B = 1, H = 32 they cannot fill 132
+// SMs, and each of the H/H_kv query heads of a GQA group reads the same K/V again. Decoding does
+// G·Nq/2 multiply-adds per byte of K and V (G = H/H_kv; 0.5 to 8 on the issue's shapes, against ~100
+// where an H200 turns compute-bound, by its datasheet): it is a memory problem, and the only
+// question is whether K and V stream at the device's bandwidth. Three changes against 08d (the last
+// mma.sync step), one idea:
+//
+// 1. GQA packing. The G = H/H_kv query heads that share K/V head h_kv, times their Nq rows, are ONE
+//    tile of M = G·Nq rows: in the layout [B][H][Nq][d] those rows are contiguous (rows r = h'·Nq + i
+//    of heads h_kv·G + h'), so the tile is a plain [M][d] block of Q, O and L. K/V are read once per
+//    group. A tile is B_r = 16 rows (the m of m16n8k16): decode has M = 1…16 (the sweep's shapes);
+//    larger M gets ⌈M/16⌉ row tiles.
+// 2. Split-KV. The key range [0, n_end) of each (batch, K/V head, row tile) is cut into S contiguous
+//    chunks, one thread block each: grid B·H_kv·⌈M/16⌉·S. A block computes ordinary attention of its
+//    rows over its chunk, an (O_s, L_s) pair like any step's output, and writes it in fp32 to the
+//    workspace; a second kernel merges the S pairs with the logsumexp rule
+//        m = max_s L_s,   L = m + ln Σ_s e^{L_s − m},   O = Σ_s e^{L_s − L} O_s,
+//    which is step 02's online-softmax update (rescale by e^{old max − new max}, add) applied to whole
+//    key chunks instead of one key: the same merge, across thread blocks. With S = 1 the block writes
+//    O and L itself and the merge kernel is not launched (no workspace).
+//    S comes from splits() below (a wave-filling heuristic) or the environment variable
+//    FLASHLADDER_SPLITS (the benchmark sweeps it).
+// 3. Warps split the keys, not the rows (there are only 16 rows). Each of the 4 warps owns every 4th
+//    tile of B_w = 16 keys of the block's chunk, and has its OWN ring of kStages K/V tiles in shared
+//    memory that only it fills (cp.async, 16-byte copies) and only it reads (ldmatrix): no block-wide
+//    barrier in the main loop, a warp waits for its own copies (cp.async.wait_group + __syncwarp), and
+//    kWarps·(kStages − 1) tiles of K and V are in flight per block (2 × 4 × 8 KiB at d = 128). The 4
+//    warps' (m, ℓ, O) are merged at the end through shared memory by the same rule in base 2 (the
+//    merge inside a block), then the blocks' by the merge kernel.
+//
+// Tensor cores (mma.sync m16n8k16, 08d's fragments), not CUDA cores: the 16-row tile is padded (at
+// Nq = 1, G = 4 three quarters of each mma is wasted), but an m16n8k16 is one warp instruction for
+// 2048 multiply-adds where an FFMA is 32: 16× fewer instructions at 4 real rows, 64× at 16. The issue
+// slots it saves keep a warp's turn through a tile short, so that the loads, not the math, set the
+// pace; and the same kernel must also answer any Nq (prefill shapes run as many 16-row tiles, S = 1).
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <type_traits>
+
+#include "steps/device/math.cuh"
+#include "steps/device/mma.cuh"
+#include "steps/launch.cuh"
+
+namespace fl::s10 {
+
+constexpr int B_r = 16;      // rows of a tile: the G·Nq packed query rows of one K/V head, padded to 16
+constexpr int B_w = 16;      // keys per warp tile (one k-step of P̃V, two n-tiles of S)
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kMaxSplits = 256;  // S is clamped to this (and to the number of warp tiles)
+
+// kStages warp tiles of K and V per warp ring: 96 KiB of ring per block at d = 64 and 128, so two
+// blocks (8 warps, 2·4·(kStages − 1) tiles in flight) share an SM.
+template <int d>
+struct Tiles {
+  static constexpr int kStages = d <= 64 ? 6 : 3;
+  static constexpr int kTileElems = B_w * d;                               // one K or V warp tile
+  static constexpr int kRingElems = kWarps * kStages * 2 * kTileElems;     // every warp's K and V slots
+  static constexpr size_t kSmem = size_t(B_r * d + kRingElems) * 2;        // Q tile + rings (16-bit T)
+  // After the loop the rings hold the warps' partial O (fp32, rows padded by 4 floats) and m, ℓ.
+  static constexpr size_t kMergeBytes = size_t(kWarps * B_r * (d + 4) + 2 * kWarps * B_r) * 4;
+  static_assert(kMergeBytes <= size_t(kRingElems) * 2, "the merge buffers fit in the rings");
+};
+
+// Offset of element (row, col) of a [rows][d] tile, 08d's XOR swizzle (d = 64, 128: chunk ^ row % 8),
+// so that ldmatrix's 8 rows of one 16-byte column fall in 8 different bank groups.
+template <int d>
+__device__ __forceinline__ int at(int row, int col) {
+  return row * d + ((col / 8) ^ (row % 8)) * 8 + col % 8;
+}
+
+// cp.async of ROWS rows of a row-major [rows_left…][d] block into a [ROWS][d] swizzled tile by N
+// threads (id = this thread's index among them). Rows at or past rows_left are zero-filled (src-size
+// 0; the source address is then the block's first row, which exists) and never read unmasked.
+template <class T, int d, int ROWS, int N>
+__device__ __forceinline__ void load_rows(T* tile, const T* block, int64_t rows_left, int id) {
+  constexpr int kChunks = d / 8;  // 16-byte chunks per row
+  static_assert(ROWS * kChunks % N == 0, "every thread moves the same number of chunks");
+#pragma unroll
+  for (int step = 0; step < ROWS * kChunks / N; ++step) {
+    const int idx = step * N + id;  // consecutive threads, consecutive 16-byte chunks
+    const int row = idx / kChunks, col = idx % kChunks * 8;
+    const bool valid = row < rows_left;
+    mma::cp_async_16(tile + at<d>(row, col), block + (valid ? int64_t(row) * d + col : 0), valid);
+  }
+}
+
+// Programmatic dependent launch (Hopper): the merge kernel may be scheduled while the split kernel's
+// last blocks still run, and waits (griddepcontrol.wait) for the split kernel to complete and its
+// writes to be visible before it reads a partial. Launched without the attribute, both are no-ops.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// One thread block: the rows [r0, r0 + 16) of the packed [M][d] tile of one (batch, K/V head), over
+// the key chunk of split s. Fragment names as in 08d: lane = 4·g + t holds rows g and g + 8 of the
+// tile and, in each 8-column n-tile, columns 2t and 2t + 1. Key and row-in-head indices are 32-bit
+// (limits() keeps Nq, Nk below 2^30); packed rows and tensor offsets are 64-bit.
+// S == 1: O and L are written directly (storage type, fp32). S > 1: the normalised partial O_s
+// (fp32) and L_s go to O_part [S][B·H·Nq][d] and L_part [S][B·H·Nq] for merge_kernel.
+template <class T, int d>
+__global__ void __launch_bounds__(kThreads)
+attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                 T* __restrict__ O, float* __restrict__ L, float* __restrict__ O_part,
+                 float* __restrict__ L_part, int64_t M, int Nq, int Nk, int64_t T_r, int S,
+                 int64_t rows_total, float scale, bool causal) {
+  constexpr int kStages = Tiles<d>::kStages, kTileElems = Tiles<d>::kTileElems;
+  const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* Q_s = reinterpret_cast<T*>(smem);  // Q tile: [B_r][d] in shared memory
+  T* ring = Q_s + B_r * d;              // [kWarps][kStages][K, V][B_w][d]: each warp's own slots
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+
+  // blockIdx.x = s + S·(tile + T_r·(b·H_kv + h_kv)): the splits of one tile are neighbours, and so are
+  // the row tiles of one K/V head (with S = 1 and many row tiles they share K, V in L2). Causal: the
+  // row tiles run backwards, the ones that see the most keys first. One flat x dimension.
+  const int s = int(blockIdx.x % S);
+  const int64_t rest = blockIdx.x / S, bh = rest / T_r;  // bh = b·H_kv + h_kv
+  const int64_t tile = causal ? T_r - 1 - rest % T_r : rest % T_r;
+  const int64_t r0 = tile * B_r;                                      // first packed row of the tile
+  const int rows_here = M - r0 < B_r ? int(M - r0) : B_r;             // rows of it that exist
+  const T* Q_g = Q + (bh * M + r0) * d;  // packed rows r = h'·Nq + i of heads h_kv·G + h': [rows_here][d]
+  const T* K_g = K + bh * Nk * d;        // K: [Nk][d] of K/V head h_kv
+  const T* V_g = V + bh * Nk * d;        // V: [Nk][d]
+
+  // Causal, bottom-right: query i sees key j iff j <= i + Nk − Nq. Packed row r is query i = r % Nq, so
+  // a tile's rows need not be in order (it can wrap from i = Nq − 1 to 0): the tile sees keys
+  // [0, n_end) (its largest i) and every row sees at least [0, n_min) (its smallest i).
+  const int diag = Nk - Nq;
+  const int i_first = int(r0 % Nq);
+  const bool wraps = i_first + rows_here - 1 >= Nq;
+  const int i_max = wraps ? Nq - 1 : i_first + rows_here - 1, i_min = wraps ? 0 : i_first;
+  auto seen = [&](int i) { return !causal ? Nk : i + diag + 1 < 0 ? 0 : i + diag + 1 > Nk ? Nk : i + diag + 1; };
+  const int n_end = seen(i_max), n_min = seen(i_min);
+  int last[2];  // this thread's rows g and g + 8 see keys [0, last); padded rows: all (never stored)
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr)
+    last[rr] = g + 8 * rr < rows_here ? seen((i_first + g + 8 * rr) % Nq) : Nk;
+
+  // This split's warp tiles of B_w keys: [t_begin, t_end) of the tile's T_c; warp w takes t_begin + w,
+  // + w + 4, … (n_mine of them), so a partial last tile costs one warp one tile, not the block.
+  const int T_c = n_end > 0 ? (n_end + B_w - 1) / B_w : 0;
+  const int t_begin = int(int64_t(T_c) * s / S), t_end = int(int64_t(T_c) * (s + 1) / S);
+  const int n_mine = t_end - t_begin > warp ? (t_end - t_begin - warp + kWarps - 1) / kWarps : 0;
+  T* my_ring = ring + warp * kStages * 2 * kTileElems;
+  auto load_kv = [&](int k) {  // this warp's k-th tile → slot k % kStages (copies not waited for)
+    const int j0 = (t_begin + warp + kWarps * k) * B_w;
+    T* K_s = my_ring + k % kStages * 2 * kTileElems;
+    load_rows<T, d, B_w, 32>(K_s, K_g + int64_t(j0) * d, Nk - j0, lane);
+    load_rows<T, d, B_w, 32>(K_s + kTileElems, V_g + int64_t(j0) * d, Nk - j0, lane);
+  };
+
+  // ---- Prologue: Q (the whole block), then each warp's first kStages − 1 tiles, one group each
+  // (committed even when empty, so that group k + 1 is always tile k: the waits below count on it).
+  load_rows<T, d, B_r, kThreads>(Q_s, Q_g, rows_here, threadIdx.x);
+  mma::cp_async_commit();
+#pragma unroll
+  for (int k = 0; k < kStages - 1; ++k) {
+    if (k < n_mine) load_kv(k);
+    mma::cp_async_commit();
+  }
+  allow_dependent_launch();
+  mma::cp_async_wait<kStages - 1>();  // this thread's part of Q has landed
+  __syncthreads();                    // everyone's has
+  // Q's A fragments for all d/16 k-steps, kept in registers for the whole loop (08d's ldmatrix).
+  uint32_t q[d / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < d / 16; ++kk) mma::ldmatrix_x4(q[kk], Q_s + at<d>(lane % 16, 16 * kk + lane / 16 * 8));
+
+  float O_i[d / 8][4];  // the warp's unnormalised O over its keys: O_i[n][2rr+e] = O[g+8rr][8n+2t+e]
+  float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};  // running max (unscaled S), running sum
+#pragma unroll
+  for (int n = 0; n < d / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) O_i[n][e] = 0.f;
+
+  // ---- Main loop: the warp's tiles, kStages − 1 ahead in its own ring.
+  for (int k = 0; k < n_mine; ++k) {
+    mma::cp_async_wait<kStages - 2>();  // groups 0 … k + 1 done: Q and this thread's copies of tile k
+    __syncwarp();  // every lane's copies of tile k visible to the warp; every lane done reading tile k − 1
+    if (k + kStages - 1 < n_mine) load_kv(k + kStages - 1);  // into tile k − 1's slot
+    mma::cp_async_commit();
+    const T* K_s = my_ring + k % kStages * 2 * kTileElems;  // K_j: [B_w][d], swizzled
+    const T* V_s = K_s + kTileElems;                        // V_j: [B_w][d], swizzled
+    const int j0 = (t_begin + warp + kWarps * k) * B_w;     // first key of the tile
+
+    // S_ij = Q K_jᵀ, unscaled: [16][16] in two n-tiles (08d's K fragments, one ldmatrix.x4 per k-step).
+    float S_ij[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int kk = 0; kk < d / 16; ++kk) {
+      uint32_t kb[4];
+      mma::ldmatrix_x4(kb, K_s + at<d>(lane % 8 + lane / 16 * 8, 16 * kk + lane / 8 % 2 * 8));
+      const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+      mma::mma_m16n8k16<T>(S_ij[0], q[kk], b0);
+      mma::mma_m16n8k16<T>(S_ij[1], q[kk], b1);
+    }
+
+    // Mask only tiles that need it: keys at or past n_min (the causal edge of some row, or Nk).
+    if (j0 + B_w > n_min) {
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr)
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (j0 + 8 * n + 2 * t + e >= last[rr]) S_ij[n][2 * rr + e] = -INFINITY;
+    }
+
+    // Online softmax in base 2, exactly 08d's (see there for m_sub and __fmul_rn).
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      float m_new = fmaxf(m_i[rr], fmaxf(fmaxf(S_ij[0][2 * rr], S_ij[0][2 * rr + 1]),
+                                         fmaxf(S_ij[1][2 * rr], S_ij[1][2 * rr + 1])));
+      m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
+      m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+      const float m_sub = m_new == -INFINITY ? 0.f : __fmul_rn(m_new, scale_log2);
+      const float alpha = mma::exp2_approx(__fmul_rn(m_i[rr], scale_log2) - m_sub);
+      m_i[rr] = m_new;
+      float rowsum = 0.f;
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = S_ij[n][2 * rr + e];
+          x = mma::exp2_approx(fmaf(x, scale_log2, -m_sub));
+          rowsum += x;
+        }
+      l_i[rr] = alpha * l_i[rr] + rowsum;
+#pragma unroll
+      for (int n = 0; n < d / 8; ++n) {
+        O_i[n][2 * rr] *= alpha;
+        O_i[n][2 * rr + 1] *= alpha;
+      }
+    }
+
+    // O_i += P̃_ij V_j: one k-step of 16 keys, P̃ from the accumulators (08d's A layout), V_j by
+    // ldmatrix.trans, two n-tiles per x4.
+    const uint32_t a[4] = {mma::pack2<T>(S_ij[0][0], S_ij[0][1]), mma::pack2<T>(S_ij[0][2], S_ij[0][3]),
+                           mma::pack2<T>(S_ij[1][0], S_ij[1][1]), mma::pack2<T>(S_ij[1][2], S_ij[1][3])};
+#pragma unroll
+    for (int n = 0; n < d / 16; ++n) {
+      uint32_t vb[4];
+      mma::ldmatrix_x4_trans(vb, V_s + at<d>(lane % 16, 16 * n + lane / 16 * 8));
+      const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+      mma::mma_m16n8k16<T>(O_i[2 * n], a, b0);
+      mma::mma_m16n8k16<T>(O_i[2 * n + 1], a, b1);
+    }
+  }
+  mma::cp_async_wait<0>();  // no copy outlives the loop (the trailing groups are empty)
+
+  // ---- The merge inside the block: the 4 warps' (m_w, ℓ_w, O_w) over disjoint keys, through shared
+  // memory (the rings, no longer read), by the rule of the online softmax in base 2:
+  //   m = max_w m_w,  f_w = 2^(m_w·τlog2e − m·τlog2e),  ℓ = Σ_w f_w ℓ_w,  O = Σ_w f_w O_w / ℓ.
+  // A warp that saw no key for a row has m_w = −∞, ℓ_w = 0, O_w = 0, so f_w = 0; if no warp saw one,
+  // m_sub is 0 instead of −∞ (no −∞ − −∞) and ℓ = 0: O = 0, and L = +∞ (S = 1) or −∞ (a partial:
+  // weight e^{−∞} = 0 in the merge kernel).
+  float* O_w = reinterpret_cast<float*>(ring);  // [kWarps][B_r][d + 4] (4 floats of padding per row)
+  float* m_w = O_w + kWarps * B_r * (d + 4);    // [kWarps][B_r]
+  float* l_w = m_w + kWarps * B_r;              // [kWarps][B_r]
+  __syncthreads();  // every warp is done with its ring
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    float l = l_i[rr];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);  // the quad's partial sums: the warp's ℓ of the row
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = warp * B_r + g + 8 * rr;
+#pragma unroll
+    for (int n = 0; n < d / 8; ++n)
+      *reinterpret_cast<float2*>(O_w + row * (d + 4) + 8 * n + 2 * t) = make_float2(O_i[n][2 * rr], O_i[n][2 * rr + 1]);
+    if (t == 0) {
+      m_w[row] = m_i[rr];
+      l_w[row] = l;
+    }
+  }
+  __syncthreads();
+  const int64_t row_g = bh * M + r0;  // flat row (b·H + h)·Nq + i of the tile's first row
+  constexpr int kC = d / 4;           // 4-column chunks per row
+  for (int c = threadIdx.x; c < B_r * kC; c += kThreads) {
+    const int row = c / kC, col = c % kC * 4;
+    if (row >= rows_here) break;  // rows grow with c: the rest are padding too
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, m_w[w * B_r + row]);
+    const float m_sub = m == -INFINITY ? 0.f : __fmul_rn(m, scale_log2);
+    float l = 0.f;
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = mma::exp2_approx(__fmul_rn(m_w[w * B_r + row], scale_log2) - m_sub);
+      const float4 x = *reinterpret_cast<const float4*>(O_w + (w * B_r + row) * (d + 4) + col);
+      l = fmaf(f, l_w[w * B_r + row], l);
+      o = make_float4(fmaf(f, x.x, o.x), fmaf(f, x.y, o.y), fmaf(f, x.z, o.z), fmaf(f, x.w, o.w));
+    }
+    const float inv_l = l > 0.f ? 1.f / l : 0.f;
+    o = make_float4(o.x * inv_l, o.y * inv_l, o.z * inv_l, o.w * inv_l);
+    if (S == 1) {  // the final answer: O in the storage type (8-byte stores), L = τ m + ln ℓ or +∞
+      *reinterpret_cast<uint2*>(O + (row_g + row) * d + col) =
+          make_uint2(mma::pack2<T>(o.x, o.y), mma::pack2<T>(o.z, o.w));
+      if (col == 0) L[row_g + row] = log_sum_exp(m, l, scale, scale_log2);
+    } else {       // split s's partial: normalised O_s in fp32, L_s (−∞: no key of this chunk)
+      const int64_t at_row = int64_t(s) * rows_total + row_g + row;
+      *reinterpret_cast<float4*>(O_part + at_row * d + col) = o;
+      if (col == 0) L_part[at_row] = l > 0.f ? log_sum_exp(m, l, scale, scale_log2) : -INFINITY;
+    }
+  }
+}
+
+// The merge of the S partials of one row (one warp per row of [B·H·Nq]), the logsumexp rule:
+//   m = max_s L_s,   ℓ = Σ_s e^{L_s − m},   L = m + ln ℓ,
+//   O = Σ_s e^{L_s − L} O_s = Σ_s (e^{L_s − m}/ℓ) O_s.
+// A split that saw no key of the row has L_s = −∞ and weight e^{−∞ − m} = 0. If every L_s is −∞ the
+// row saw no key at all: m − m would be NaN, so that case is decided first: O = 0, L = +∞.
+template <class T, int d>
+__global__ void __launch_bounds__(128)
+merge_kernel(const float* __restrict__ O_part, const float* __restrict__ L_part, T* __restrict__ O,
+             float* __restrict__ L, int S, int64_t rows_total) {
+  wait_for_prerequisite_grid();  // the partials are the split kernel's: wait for all of them
+  const int lane = threadIdx.x % 32;
+  const int64_t R = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;  // this warp's row
+  if (R >= rows_total) return;  // whole warps: the shuffles below see all 32 lanes
+  float m = -INFINITY;
+  for (int s = lane; s < S; s += 32) m = fmaxf(m, L_part[s * rows_total + R]);
+#pragma unroll
+  for (int x = 16; x > 0; x /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, x));
+  T* O_g = O + R * d;
+  if (m == -INFINITY) {  // no split saw a key of this row
+    for (int c = lane; c < d / 4; c += 32)
+      *reinterpret_cast<uint2*>(O_g + 4 * c) = make_uint2(mma::pack2<T>(0.f, 0.f), mma::pack2<T>(0.f, 0.f));
+    if (lane == 0) L[R] = INFINITY;
+    return;
+  }
+  float l = 0.f;
+  for (int s = lane; s < S; s += 32) l += expf(L_part[s * rows_total + R] - m);
+#pragma unroll
+  for (int x = 16; x > 0; x /= 2) l += __shfl_xor_sync(0xffffffffu, l, x);
+  const float inv_l = 1.f / l;  // l >= 1: the split with L_s = m contributes e^0
+  for (int c = lane; c < d / 4; c += 32) {
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = 0; s < S; ++s) {
+      const float w = expf(L_part[s * rows_total + R] - m) * inv_l;
+      const float4 x = *reinterpret_cast<const float4*>(O_part + (s * rows_total + R) * d + 4 * c);
+      o = make_float4(fmaf(w, x.x, o.x), fmaf(w, x.y, o.y), fmaf(w, x.z, o.z), fmaf(w, x.w, o.w));
+    }
+    *reinterpret_cast<uint2*>(O_g + 4 * c) = make_uint2(mma::pack2<T>(o.x, o.y), mma::pack2<T>(o.z, o.w));
+  }
+  if (lane == 0) L[R] = m + logf(l);
+}
+
+// ---- Host side ----------------------------------------------------------------------------------
+
+// What the heuristic needs from the device: SMs, and how many blocks of this kernel one SM holds
+// (from the occupancy calculator, so a GPU with less shared memory gets the right count). Queried
+// once per device and head dim; {0, 0} without a usable device (then S = 1).
+struct DeviceFacts {
+  int sms = 0, blocks_per_sm = 0, major = 0;
+};
+
+template <int d>
+DeviceFacts device_facts() {
+  static std::mutex mu;
+  static DeviceFacts cache[64];
+  static bool known[64] = {};
+  constexpr int smem = int(Tiles<d>::kSmem);
+  int dev = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 && known[dev]) return cache[dev];
+  DeviceFacts f;
+  // Both storage types have the same resources; the attribute is needed before any launch.
+  const bool ok =
+      cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 &&
+      cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&f.major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+      cudaFuncSetAttribute(attention_kernel<__half, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+          cudaSuccess &&
+      cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+          cudaSuccess &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, attention_kernel<__half, d>, kThreads, smem) ==
+          cudaSuccess;
+  if (!ok) {
+    cudaGetLastError();  // no usable device: the runner reports that (and a launch would, checked)
+    return {};
+  }
+  cache[dev] = f;
+  known[dev] = true;
+  return f;
+}
+
+DeviceFacts facts_for(int64_t d) { return d <= 64 ? device_facts<64>() : device_facts<128>(); }
+
+// FLASHLADDER_SPLITS, if set: the number of splits the benchmark asks for (0: unset).
+int64_t requested_splits() {
+  const char* e = std::getenv("FLASHLADDER_SPLITS");
+  if (!e || !*e) return 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(e, &end, 10);
+  if (*end != '\0' || v < 1)
+    throw Error(std::string("FLASHLADDER_SPLITS = '") + e + "' is not a whole number >= 1 (the number of key splits)");
+  return v;
+}
+
+// The number of key splits S for p (see README.md, "How many splits").
+//  - At most kMaxSplits, at most one warp tile (16 keys) per split, and, unless FLASHLADDER_SPLITS
+//    asks for more, at least max(256, 32·rows) keys per split: a split costs a fixed prologue (Q, the
+//    ring filling) and a partial of rows·d·4 bytes written and read again, 2·rows/keys of the K/V
+//    bytes; 32·rows keeps that under 7%.
+//  - Within that, waves: the launch has B·H_kv·T_r·S blocks for sms·blocks_per_sm slots; the last
+//    wave is a fraction of a full one, e(S) = waves / ⌈waves⌉. Take the smallest S whose e(S) is
+//    within 90% of the best: more splits only when they fill the machine better (FlashAttention-2's
+//    num_splits_heuristic reasons the same way, with 85%).
+int splits(const Problem& p) {
+  const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, B_r);
+  const int64_t cap = std::min<int64_t>(kMaxSplits, ceil_div<int64_t>(p.Nk, B_w));
+  const int64_t asked = requested_splits();
+  if (asked > 0) return int(std::min(asked, cap));
+  const DeviceFacts f = facts_for(p.d);
+  if (f.sms <= 0 || f.blocks_per_sm <= 0) return 1;
+  const int64_t rows = std::min<int64_t>(M, B_r);
+  const int64_t s_max = std::min(cap, p.Nk / std::max<int64_t>(256, 32 * rows));
+  if (s_max <= 1) return 1;
+  const double blocks = double(p.B * p.H_kv * T_r), slots = double(f.sms) * f.blocks_per_sm;
+  auto efficiency = [&](int64_t S) {
+    const double waves = blocks * double(S) / slots;
+    return waves / std::ceil(waves);
+  };
+  double best = 0;
+  for (int64_t S = 1; S <= s_max; ++S) best = std::max(best, efficiency(S));
+  for (int64_t S = 1; S <= s_max; ++S)
+    if (efficiency(S) >= 0.9 * best) return int(S);
+  return 1;
+}
+
+size_t workspace_bytes(const Problem& p) {
+  const int64_t S = splits(p);
+  if (S == 1) return 0;  // the split kernel writes O and L itself
+  return size_t(S) * size_t(p.lse_elems()) * size_t(p.d + 1) * sizeof(float);  // O_part, L_part
+}
+
+std::string limits(const Problem& p) {
+  if (p.Nq >= (int64_t(1) << 30) || p.Nk >= (int64_t(1) << 30))
+    return "this step keeps query and key indices in 32 bits: Nq = " + std::to_string(p.Nq) + " and Nk = " +
+           std::to_string(p.Nk) + " must both be below 2^30";
+  int64_t S = 1;
+  try {
+    S = splits(p);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  const int64_t T_r = ceil_div<int64_t>(p.group() * p.Nq, B_r);
+  const int64_t blocks = p.B * p.H_kv * T_r * S;
+  if (blocks > INT_MAX)
+    return "this step launches one thread block per (16 packed query rows, batch, K/V head, split): " +
+           std::to_string(blocks) + " blocks (S = " + std::to_string(S) + ") exceed the grid limit 2^31 − 1";
+  if (S > 1 && ceil_div<int64_t>(p.lse_elems(), 4) > INT_MAX)
+    return "this step's merge kernel takes 4 rows per block: " + std::to_string(p.lse_elems()) +
+           " rows exceed the grid limit 2^31 − 1 blocks";
+  return "";
+}
+
+template <class T, int d>
+void launch(const Problem& p, const ForwardArgs& a) {
+  const DeviceFacts f = device_facts<d>();  // also sets the kernel's shared-memory attribute
+  if (f.sms == 0)  // the query failed: set the attribute here, so that the failure is reported
+    FL_CUDA(cudaFuncSetAttribute(attention_kernel<T, d>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 int(Tiles<d>::kSmem)));
+  const int S = splits(p);
+  const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, B_r), rows_total = p.lse_elems();
+  const auto stream = static_cast<cudaStream_t>(a.stream);
+  float* O_part = S > 1 ? static_cast<float*>(a.workspace) : nullptr;
+  float* L_part = S > 1 ? O_part + size_t(S) * size_t(rows_total) * size_t(d) : nullptr;
+  attention_kernel<T, d><<<dim3(unsigned(p.B * p.H_kv * T_r * S)), dim3(kThreads), Tiles<d>::kSmem, stream>>>(
+      static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
+      a.lse, O_part, L_part, M, int(p.Nq), int(p.Nk), T_r, S, rows_total, float(p.softmax_scale()), p.causal);
+  FL_CUDA(cudaGetLastError());
+  if (S == 1) return;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(ceil_div<int64_t>(rows_total, 4)));
+  cfg.blockDim = dim3(128);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute pdl[1];
+  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = pdl;
+  auto merge = merge_kernel<T, d>;
+  const float *O_in = O_part, *L_in = L_part;
+  cudaError_t e = cudaErrorNotSupported;
+  if (f.major >= 9) {  // programmatic dependent launch is a Hopper feature
+    cfg.numAttrs = 1;
+    e = cudaLaunchKernelEx(&cfg, merge, O_in, L_in, static_cast<T*>(a.o), a.lse, S, rows_total);
+    if (e != cudaSuccess) cudaGetLastError();  // refused at once, not sticky: launch without it below
+  }
+  if (e != cudaSuccess) {  // an ordinary launch; griddepcontrol.wait is then a no-op
+    cfg.numAttrs = 0;
+    FL_CUDA(cudaLaunchKernelEx(&cfg, merge, O_in, L_in, static_cast<T*>(a.o), a.lse, S, rows_total));
+  }
+  FL_CUDA(cudaGetLastError());
+}
+
+void forward(const Problem& p, const ForwardArgs& a) {
+  dispatch<DecodeD>(p, [&](auto T_, auto d_) { launch<decltype(T_), decltype(d_)::value>(p, a); });
+}
+
+extern const StepImpl impl = {workspace_bytes, forward, limits, nullptr, nullptr};
+
+}  // namespace fl::s10
