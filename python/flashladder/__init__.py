@@ -142,6 +142,7 @@ def _shape_problem(q, k, v, do=None) -> dict:
     for name, x in (("q", q), ("k", k), ("v", v), ("do", do)):
         if x is None:
             continue
+        _kind(x, name)  # the type first: a list or an int array is refused before its shape is read
         s = tuple(int(n) for n in x.shape)
         if len(s) != 4:
             raise ValueError(f"{name} has shape {list(s)}; it must be 4-D: q, o, do [B, H, Nq, d], "
