@@ -50,3 +50,32 @@ def flashladder_bin():
         if cand and os.access(str(cand), os.X_OK):
             return str(cand)
     pytest.skip("no flashladder program: build it (tools/build) or set FLASHLADDER_BIN")
+
+
+# --- Markers, so ctest can run the suite in parts that skip visibly ----------------------------------
+# gpu: the test needs a CUDA device (every test that asks for cuda_torch is marked here, so none is
+# forgotten); torch: the test needs torch on the CPU. python/CMakeLists.txt runs "not gpu and not torch",
+# "torch and not gpu" and "gpu" as three ctest tests.
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA device, torch and a module built with CUDA")
+    config.addinivalue_line("markers", "torch: needs torch (CPU is enough)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "cuda_torch" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.gpu)
+
+
+# With FLASHLADDER_ALL_SKIPPED_RC set (ctest sets 77), a run in which tests were collected but every one
+# of them skipped exits with that status, so ctest reports the part as skipped, not as passed.
+def pytest_sessionfinish(session, exitstatus):
+    rc = os.environ.get("FLASHLADDER_ALL_SKIPPED_RC")
+    rep = session.config.pluginmanager.get_plugin("terminalreporter")
+    if not rc or rep is None or exitstatus != 0:
+        return
+    stats = rep.stats
+    ran = sum(len(stats.get(k, [])) for k in ("passed", "failed", "error", "xpassed", "xfailed"))
+    if ran == 0 and stats.get("skipped"):
+        session.exitstatus = int(rc)

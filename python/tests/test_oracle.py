@@ -88,6 +88,7 @@ def _torch_reference(torch, q, k, v, causal, do):
     return [t.detach().numpy() for t in (o, lse, tq.grad, tk.grad, tv.grad)]
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("case", [c for c in CASES if not (c[6] and c[3] > c[4])], ids=ids)
 def test_oracle_matches_torch_math_fp64(case):
     # Problems with rows that see no key are left to the numpy test: torch gives NaN there, where the
@@ -101,6 +102,7 @@ def test_oracle_matches_torch_math_fp64(case):
         assert_close(g, w, name)
 
 
+@pytest.mark.torch
 def test_torch_tensors_are_accepted():
     torch = pytest.importorskip("torch", reason="torch not installed")
     rng = np.random.default_rng(8)

@@ -53,6 +53,7 @@ def test_step_refusals():
         flashladder.step("01")(q[:, :1], np.concatenate([k, k], axis=1), np.concatenate([v, v], axis=1))
 
 
+@pytest.mark.torch
 def test_cpu_step_on_torch_cpu_tensors():
     torch = pytest.importorskip("torch", reason="torch not installed")
     rng = np.random.default_rng(6)
