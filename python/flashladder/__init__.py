@@ -19,6 +19,7 @@ carrying the C++ message.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import sys
@@ -437,7 +438,6 @@ class Step:
         return 0
 
     def _device(self, like):
-        import contextlib
         return _torch().cuda.device(like.device) if self.gpu else contextlib.nullcontext()
 
     def __call__(self, q, k, v, *, causal: bool = False, scale: Optional[float] = None):

@@ -213,15 +213,25 @@ def test_check_agrees_with_cli(scenario, goldens, flashladder_bin, tmp_path):
         assert cli[name][0] == want, f"CLI: {name} should {'pass' if want else 'fail'}" + msg
         assert rep[name].passed == want, f"module: {name} should {'pass' if want else 'fail'}" + msg
     assert (r.returncode == 0) == rep.passed == all(expected.values()), msg
-    # Same numbers: the module's tolerance is the manifest's to the last bit; the CLI prints 3 digits.
+    # Same numbers. Built together (ctest: this build's module and program) the module's oracle and
+    # tolerances are the manifest's to the last bit. A module and a program built for other instruction
+    # sets (pip's module is portable, tools/build's program is -march=native) round the oracle's double
+    # sums differently (~1e-16), and the fp32 baseline (FMA or not) by enough to move an fp32 tolerance
+    # by a factor up to ~2: then only the verdicts (above) and the order of the numbers are held to.
+    same_build = np.array_equal(flashladder.oracle(inp["q"], inp["k"], inp["v"], causal=g.p["causal"],
+                                                   scale=g.p["softmax_scale"]).o, g.load("o"))
     for t in rep.tensors:
         passed, err, tol = cli[t.name]
         if t.mismatch:
             assert err is None and "mismatch" in r.stdout, msg
             continue
-        assert t.tol == g.tol(t.name), f"{t.name}: tol {t.tol!r} vs manifest {g.tol(t.name)!r}" + msg
-        assert tol == pytest.approx(t.tol, rel=6e-3), msg
-        assert err == pytest.approx(t.max_err, rel=6e-3, abs=1e-300), msg
+        if same_build:
+            assert t.tol == g.tol(t.name), f"{t.name}: tol {t.tol!r} vs manifest {g.tol(t.name)!r}" + msg
+            assert tol == pytest.approx(t.tol, rel=6e-3), msg
+            assert err == pytest.approx(t.max_err, rel=6e-3, abs=1e-300), msg
+        else:
+            assert 0.5 * t.tol <= g.tol(t.name) <= 2 * t.tol, msg
+            assert err == pytest.approx(t.max_err, rel=6e-3, abs=1e-6 * t.tol), msg  # a millionth of the tolerance
         if not t.passed and t.first_bad_index is not None:
             assert f"({', '.join(map(str, t.first_bad_index))})" in r.stdout, msg
     if not rep.passed:
