@@ -37,7 +37,7 @@ except ImportError as e:  # say what to do rather than only what failed
         "build/python on PYTHONPATH (" + str(e) + ")"
     ) from e
 
-__all__ = ["oracle", "check", "step", "steps", "Step", "Report", "TensorCheck", "Error", "Forward",
+__all__ = ["oracle", "check", "inputs", "Inputs", "step", "steps", "Step", "Report", "TensorCheck", "Error", "Forward",
            "ForwardBackward", "HAS_CUDA"]
 
 Error = _core.Error
@@ -192,6 +192,38 @@ def oracle(q, k, v, *, causal: bool = False, scale: Optional[float] = None, do=N
     da = _input(do, "do") if do is not None else None
     out = _core.oracle(p["B"], p["H"], p["H_kv"], p["Nq"], p["Nk"], p["d"], causal, scale, qa, ka, va, da)
     return Forward(*out) if do is None else ForwardBackward(*out)
+
+
+class Inputs(NamedTuple):
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    do: np.ndarray
+
+
+def inputs(B: int = 1, H: int = 1, Nq: int = 1, d: int = 64, *, H_kv: Optional[int] = None,
+           Nk: Optional[int] = None, dtype: str = "fp16", seed: int = 1, mean: float = 0.5,
+           q_scale: float = 1.0) -> Inputs:
+    """The inputs `flashladder oracle generate` writes for the same problem and --seed: Normal(mean, 1)
+    from the project's seeded generator, q times q_scale (20 gives the large-logit case), rounded to
+    dtype. numpy arrays: float16 for fp16, float32 for fp32, and float32 holding bf16 values for bf16
+    (numpy has no bfloat16; pass dtype='bf16' to check()). H_kv and Nk default to H and Nq."""
+    if dtype is None:
+        raise ValueError("dtype must be 'fp16', 'bf16' or 'fp32'")
+    st = _storage(dtype, "")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise TypeError(f"seed must be an integer >= 0, not {seed!r}")
+    dims = dict(B=B, H=H, H_kv=H if H_kv is None else H_kv, Nq=Nq, Nk=Nq if Nk is None else Nk, d=d)
+    for name, x in dims.items():
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+            raise TypeError(f"{name} must be an integer, not {x!r}")
+    if not (math.isfinite(mean) and math.isfinite(q_scale)):
+        raise ValueError("mean and q_scale must be finite")
+    out = _core.inputs(dims["B"], dims["H"], dims["H_kv"], dims["Nq"], dims["Nk"], dims["d"], st, int(seed),
+                       float(mean), float(q_scale))
+    if st == "fp16":
+        out = tuple(a.astype(np.float16) for a in out)  # exact: the values are fp16 already
+    return Inputs(*out)
 
 
 # --- The rule: check() and its report ---------------------------------------------------------------

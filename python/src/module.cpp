@@ -189,6 +189,29 @@ py::list check(int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64
   return out;
 }
 
+// The seeded inputs of `flashladder oracle generate --seed` (fl::make_inputs: Normal(mean, 1) from
+// std::mt19937_64 with the project's own Box-Muller, q times q_scale, rounded to the storage type), as
+// float32 arrays holding values exact in that type.
+py::tuple inputs(int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64_t d, const std::string& dtype,
+                 uint64_t seed, double mean, double q_scale) {
+  const fl::Problem p = make_problem(B, H, H_kv, Nq, Nk, d, false, std::nullopt, dtype);
+  fl::InputOptions opt;
+  opt.mean = mean;
+  opt.q_scale = q_scale;
+  fl::Inputs in;
+  {
+    py::gil_scoped_release nogil;
+    in = fl::make_inputs(p, seed, opt);
+  }
+  auto arr = [](const std::vector<float>& xs, std::vector<py::ssize_t> shape) {
+    ArrF32 a(shape);
+    if (!xs.empty()) std::memcpy(a.mutable_data(), xs.data(), xs.size() * sizeof(float));
+    return a;
+  };
+  const std::vector<py::ssize_t> qs = {B, H, Nq, d}, kvs = {B, H_kv, Nk, d};
+  return py::make_tuple(arr(in.q, qs), arr(in.k, kvs), arr(in.v, kvs), arr(in.dO, qs));
+}
+
 // --- Steps -------------------------------------------------------------------------------------
 
 const fl::Step& find(const std::string& name) {
@@ -287,6 +310,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("check", &check, "B"_a, "H"_a, "H_kv"_a, "Nq"_a, "Nk"_a, "d"_a, "causal"_a, "scale"_a, "dtype"_a,
         "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "do"_a.noconvert().none(true), "candidates"_a,
         "seed"_a);
+  m.def("inputs", &inputs, "B"_a, "H"_a, "H_kv"_a, "Nq"_a, "Nk"_a, "d"_a, "dtype"_a, "seed"_a, "mean"_a, "q_scale"_a);
   m.def("steps", &steps);
   m.def("step_info", [](const std::string& name) { return describe(find(name)); }, "name"_a);
   m.def("refusal", &refusal, "name"_a, "B"_a, "H"_a, "H_kv"_a, "Nq"_a, "Nk"_a, "d"_a, "causal"_a, "scale"_a,
