@@ -110,7 +110,10 @@ def test_gpu_refusals_carry_the_step_message(cuda_torch):
         flashladder.step("08g")(q, k, v)
     with pytest.raises(TypeError, match=r"must be a torch CUDA tensor, not a CPU tensor"):
         flashladder.step("08g")(q.cpu(), k.cpu(), v.cpu())
-    if not flashladder.step("08g").has_backward:
-        with pytest.raises(flashladder.Error, match=r"has no backward pass"):
-            o = torch.zeros_like(q)
-            flashladder.step("08g").backward(q, k, v, o, torch.zeros(1, 2, 16, device="cuda"), o)
+    # A forward-only step: its backward is refused by name (on a problem it supports, so the refusal
+    # is about the backward and not about d).
+    q, k, v, do = _cuda_inputs(torch, 1, 2, 2, 16, 16, 64, torch.float16)
+    assert not flashladder.step("08g").has_backward
+    o, lse = flashladder.step("08g")(q, k, v)
+    with pytest.raises(flashladder.Error, match=r"step 08g_smem_epilogue has no backward pass"):
+        flashladder.step("08g").backward(q, k, v, o, lse, do)
