@@ -123,6 +123,10 @@ def o_as_fp16(g):  # accepted for fp16 storage, a dtype mismatch for bf16 and fp
     return {"o": g.load("o").astype(np.float16), "lse": g.load("lse")}
 
 
+def lse_as_fp16(g):  # lse is fp32 whatever the storage type: fp16 is a dtype mismatch even in an fp16 set
+    return {"o": g.load("o"), "lse": g.load("lse").astype(np.float16)}
+
+
 def o_transposed(g):
     return {"o": np.ascontiguousarray(g.load("o").swapaxes(2, 3)), "lse": g.load("lse")}
 
@@ -156,6 +160,7 @@ SCENARIOS = [
     ("fp16_mqa", inside_tol, {"o": P, "lse": P}),
     ("fp16_mqa", outside_tol, {"o": F, "lse": P}),
     ("fp16_mqa", o_as_fp16, {"o": P, "lse": P}),
+    ("fp16_mqa", lse_as_fp16, {"o": P, "lse": F}),
     ("fp16_mqa", dk_outside_tol, {"o": P, "lse": P, "dq": P, "dk": F, "dv": P}),
     ("fp32_causal", right_in_f8_with_grads, {"o": P, "lse": P, "dq": P, "dk": P, "dv": P}),
     ("fp32_causal", outside_tol, {"o": F, "lse": P}),
