@@ -4,9 +4,8 @@
 // O_i) first, dQ summed in fp32 with atomics and converted at the end; the forward is step 09's (08d's).
 // Kernel 2 keeps FA2's Algorithm 2 (one thread block per K_j/V_j column block, walking the Q blocks,
 // dK_j and dV_j on chip) and moves its five products from mma.sync to wgmma, as step 08e did for the
-// forward. The section "Backward 2
-// of 3" below says how the products are turned so that P_ijᵀ and dS_ijᵀ are wgmma operands as they
-// come out of the accumulators.
+// forward. The section "Backward 2 of 3" below says how the products are turned so that P_ijᵀ and
+// dS_ijᵀ are wgmma operands as they come out of the accumulators.
 //
 // Why: step 09 reached 0.82–0.96 of PyTorch's FlashAttention-2 backward at N ≥ 4096 on the H200
 // (docs/results/2026-11-22-h200-run8-torch.*): with mma.sync every operand passes through ldmatrix
