@@ -50,13 +50,13 @@ using namespace fl::bwd;
 // groups: no bank conflicts, at the cost of 6% more shared memory at d = 128. (Step 08b's XOR swizzle
 // does the same without the padding; padding keeps every index here readable as row·ld + col.)
 
-/// Rows [0, ROWS) of a [rows][kD] block in device memory (row stride kD) → a [ROWS][kD + 8] tile in
+/// Rows [0, ROWS) of a [rows][d] block in device memory (row stride d) → a [ROWS][d + 8] tile in
 /// shared memory, 16 bytes per cp.async (the copy bypasses registers and overlaps with the math until
 /// the cp_async_wait that needs it). Rows ≥ valid are zero-filled and not read: partial tiles stay in
 /// bounds and contribute zeros.
-template <int ROWS, int kD, int kThreads, class T>
-__device__ __forceinline__ void load_rows(T* tile, const T* block, int valid, int tid) {
-  constexpr int kChunks = kD / 8;  // 16-byte chunks per row
+template <int ROWS, int d, int kThreads, class T>
+__device__ __forceinline__ void load_tile(T* tile, const T* block, int valid, int tid) {
+  constexpr int kChunks = d / 8;  // 16-byte chunks per row
   constexpr int kTotal = ROWS * kChunks;
 #pragma unroll
   for (int step = 0; step < (kTotal + kThreads - 1) / kThreads; ++step) {
@@ -64,7 +64,7 @@ __device__ __forceinline__ void load_rows(T* tile, const T* block, int valid, in
     if (kTotal % kThreads == 0 || idx < kTotal) {
       const int row = idx / kChunks, col = idx % kChunks * 8;
       const bool ok = row < valid;
-      cp_async_16(tile + row * (kD + 8) + col, block + (ok ? int64_t(row) * kD + col : 0), ok);
+      cp_async_16(tile + row * (d + 8) + col, block + (ok ? int64_t(row) * d + col : 0), ok);
     }
   }
 }
@@ -161,41 +161,41 @@ __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const T* sA, 
 // at d ≤ 64, 64 at d ≥ 96, where dK_j and dV_j take 2·128·d/256 = d registers per thread), and the
 // warp grids: WR_S of the 8 warps along B_r for S_ij and dP_ij ([B_r][B_c]), WR_KV along B_c for dK_j
 // and dV_j ([B_c][d]), WR_Q along B_r for dQ_i ([B_r][d]); the rest of the 8 along the other side.
-template <int kD> struct BwdTile;
+template <int d> struct BwdTile;
 template <> struct BwdTile<32>  { static constexpr int B_r = 128, B_c = 128, WR_S = 4, WR_KV = 4, WR_Q = 4; };
 template <> struct BwdTile<64>  { static constexpr int B_r = 128, B_c = 128, WR_S = 4, WR_KV = 4, WR_Q = 4; };
 template <> struct BwdTile<96>  { static constexpr int B_r = 64,  B_c = 128, WR_S = 2, WR_KV = 4, WR_Q = 2; };
 template <> struct BwdTile<128> { static constexpr int B_r = 64,  B_c = 128, WR_S = 2, WR_KV = 4, WR_Q = 2; };
 
-template <int kD>
-struct Bwd : BwdTile<kD> {
-  using Tile = BwdTile<kD>;
+template <int d>
+struct Bwd : BwdTile<d> {
+  using Tile = BwdTile<d>;
   static constexpr int B_r = Tile::B_r, B_c = Tile::B_c;
   static constexpr int kWarps = 8, kThreads = 32 * kWarps;
-  static constexpr int ld = kD + 8;     // row stride of the [·][d] tiles in shared memory
+  static constexpr int ld = d + 8;     // row stride of the [·][d] tiles in shared memory
   static constexpr int ldS = B_c + 8;   // row stride of P_ij, dS_ij [B_r][B_c]
   // S_ij, dP_ij: each warp a [B_r/WR_S][B_c/WC_S] block = MT_S × NT_S mma tiles
   static constexpr int WC_S = kWarps / Tile::WR_S;
   static constexpr int MT_S = B_r / Tile::WR_S / 16, NT_S = B_c / WC_S / 8;
   // dK_j, dV_j: each warp a [B_c/WR_KV][d/WC_KV] block
   static constexpr int WC_KV = kWarps / Tile::WR_KV;
-  static constexpr int MT_KV = B_c / Tile::WR_KV / 16, NT_KV = kD / WC_KV / 8;
+  static constexpr int MT_KV = B_c / Tile::WR_KV / 16, NT_KV = d / WC_KV / 8;
   // dQ_i: each warp a [B_r/WR_Q][d/WC_Q] block
   static constexpr int WC_Q = kWarps / Tile::WR_Q;
-  static constexpr int MT_Q = B_r / Tile::WR_Q / 16, NT_Q = kD / WC_Q / 8;
+  static constexpr int MT_Q = B_r / Tile::WR_Q / 16, NT_Q = d / WC_Q / 8;
   static_assert(MT_S * 16 * Tile::WR_S == B_r && NT_S * 8 * WC_S == B_c, "S warp grid must tile [B_r][B_c]");
-  static_assert(MT_KV * 16 * Tile::WR_KV == B_c && NT_KV * 8 * WC_KV == kD, "dK/dV warp grid must tile [B_c][d]");
-  static_assert(MT_Q * 16 * Tile::WR_Q == B_r && NT_Q * 8 * WC_Q == kD, "dQ warp grid must tile [B_r][d]");
+  static_assert(MT_KV * 16 * Tile::WR_KV == B_c && NT_KV * 8 * WC_KV == d, "dK/dV warp grid must tile [B_c][d]");
+  static_assert(MT_Q * 16 * Tile::WR_Q == B_r && NT_Q * 8 * WC_Q == d, "dQ warp grid must tile [B_r][d]");
   // K_j, V_j [B_c][d]; Q_i, dO_i [2][B_r][d] (double buffer); P_ij, dS_ij [B_r][B_c]; all 16-bit.
   static constexpr int smem_bytes = ((2 * B_c + 4 * B_r) * ld + 2 * B_r * ldS) * 2;
 };
 
-template <class T, int kD>
-__global__ void __launch_bounds__(Bwd<kD>::kThreads, 1)
-backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                const T* __restrict__ dO, const float* __restrict__ lse, const float* __restrict__ D,
-                float* __restrict__ dQ_acc, T* __restrict__ dk, T* __restrict__ dv, Dims n) {
-  using C = Bwd<kD>;
+template <class T, int d>
+__global__ void __launch_bounds__(Bwd<d>::kThreads, 1)
+backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                const T* __restrict__ dO, const float* __restrict__ L, const float* __restrict__ D,
+                float* __restrict__ dQ_acc, T* __restrict__ dK, T* __restrict__ dV, Dims n) {
+  using C = Bwd<d>;
   constexpr int B_r = C::B_r, B_c = C::B_c, kThreads = C::kThreads, ld = C::ld, ldS = C::ldS;
   constexpr int MT_S = C::MT_S, NT_S = C::NT_S, MT_KV = C::MT_KV, NT_KV = C::NT_KV;
   constexpr int MT_Q = C::MT_Q, NT_Q = C::NT_Q;
@@ -208,17 +208,17 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
   T* dS_s = P_s + B_r * ldS;            // dS_ij: [B_r][B_c]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  // blockIdx.x = j + T_c·(b·H_kv + hk): one flat x dimension (y/z would cap B·H_kv at 65535). The
+  // blockIdx.x = j + T_c·(b·H_kv + h_kv): one flat x dimension (y/z would cap B·H_kv at 65535). The
   // column blocks of one head are neighbours, so they run together and share Q, dO in L2.
   const int T_c = ceil_div(n.Nk, B_c), T_r = ceil_div(n.Nq, B_r);
-  const int j = blockIdx.x % T_c, bk = blockIdx.x / T_c;  // bk = b·H_kv + hk
-  const int b = bk / n.H_kv, hk = bk % n.H_kv;
-  const int c0 = j * B_c;  // first key of K_j
+  const int j = blockIdx.x % T_c, bk = blockIdx.x / T_c;  // bk = b·H_kv + h_kv
+  const int b = bk / n.H_kv, h_kv = bk % n.H_kv;
+  const int j0 = j * B_c;  // first key of K_j
 
-  // The Q blocks that see a key of K_j (causal: rows r ≥ c0 + Nq − Nk; blocks entirely above the
-  // diagonal are skipped), for each of the `group` query heads that read K/V head hk (GQA/MQA: their
+  // The Q blocks that see a key of K_j (causal: rows r ≥ j0 + Nq − Nk; blocks entirely above the
+  // diagonal are skipped), for each of the `group` query heads that read K/V head h_kv (GQA/MQA: their
   // dK_j, dV_j contributions are summed here, on chip, in a fixed order: deterministic).
-  const int i_first = n.causal ? max(0, c0 + n.Nq - n.Nk) / B_r : 0;
+  const int i_first = n.causal ? max(0, j0 + n.Nq - n.Nk) / B_r : 0;
   const int n_i = T_r - i_first;          // Q blocks per query head (≥ 1: row Nq − 1 sees every key)
   const int n_iter = n.group * n_i;       // (query head, Q block) pairs, head-major
 
@@ -230,17 +230,17 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
 
   // Q_i and dO_i of iteration `it` → buffer `buf` (cp.async, zero-filled past Nq).
   auto load_q_do = [&](int it, int buf) {
-    const int h = hk * n.group + it / n_i, r0 = (i_first + it % n_i) * B_r;
-    const int64_t off = ((int64_t(b) * n.H + h) * n.Nq + r0) * kD;
-    load_rows<B_r, kD, kThreads>(Q_s + buf * B_r * ld, q + off, n.Nq - r0, tid);
-    load_rows<B_r, kD, kThreads>(dO_s + buf * B_r * ld, dO + off, n.Nq - r0, tid);
+    const int h = h_kv * n.group + it / n_i, i0 = (i_first + it % n_i) * B_r;
+    const int64_t off = ((int64_t(b) * n.H + h) * n.Nq + i0) * d;
+    load_tile<B_r, d, kThreads>(Q_s + buf * B_r * ld, Q + off, n.Nq - i0, tid);
+    load_tile<B_r, d, kThreads>(dO_s + buf * B_r * ld, dO + off, n.Nq - i0, tid);
   };
 
   // ---- Prologue (Algorithm 2, lines 6–7): K_j, V_j once (zero-filled past Nk) and the first Q_i,
   // dO_i, in one cp.async group; dK_j = dV_j = 0.
-  const int64_t kv_off = (int64_t(bk) * n.Nk + c0) * kD;
-  load_rows<B_c, kD, kThreads>(K_s, k + kv_off, n.Nk - c0, tid);
-  load_rows<B_c, kD, kThreads>(V_s, v + kv_off, n.Nk - c0, tid);
+  const int64_t kv_off = (int64_t(bk) * n.Nk + j0) * d;
+  load_tile<B_c, d, kThreads>(K_s, K + kv_off, n.Nk - j0, tid);
+  load_tile<B_c, d, kThreads>(V_s, V + kv_off, n.Nk - j0, tid);
   if (n_iter > 0) load_q_do(0, 0);
   cp_async_commit();
 
@@ -252,8 +252,8 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
   // ---- Main loop over (query head h, Q block i) (Algorithm 2, lines 8–17).
   for (int it = 0; it < n_iter; ++it) {
     const int buf = it & 1;
-    const int h = hk * n.group + it / n_i;
-    const int r0 = (i_first + it % n_i) * B_r;  // first row of Q_i
+    const int h = h_kv * n.group + it / n_i;
+    const int i0 = (i_first + it % n_i) * B_r;  // first row of Q_i
     const int64_t bh = int64_t(b) * n.H + h;
     const T* Q_i = Q_s + buf * B_r * ld;    // [B_r][d] in shared memory
     const T* dO_i = dO_s + buf * B_r * ld;  // [B_r][d] in shared memory
@@ -272,9 +272,9 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
     for (int mt = 0; mt < MT_S; ++mt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const int r = r0 + s_m + 16 * mt + g + 8 * hh;
+        const int r = i0 + s_m + 16 * mt + g + 8 * hh;
         const bool ok = r < n.Nq;
-        L2_i[mt][hh] = ok ? lse[bh * n.Nq + r] * kLog2e : INFINITY;
+        L2_i[mt][hh] = ok ? L[bh * n.Nq + r] * kLog2e : INFINITY;
         D_i[mt][hh] = ok ? D[bh * n.Nq + r] : 0.f;
       }
 
@@ -287,11 +287,11 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
     // S_ij = Q_i K_jᵀ: the warp's [16·MT_S][8·NT_S] block, fp32.
     float S_ij[MT_S][NT_S][4];
     zero(S_ij);
-    warp_gemm<MT_S, NT_S, kD, false, false, kD / 16>(S_ij, Q_i, ld, s_m, K_s, ld, s_n, lane);
+    warp_gemm<MT_S, NT_S, d, false, false, d / 16>(S_ij, Q_i, ld, s_m, K_s, ld, s_n, lane);
 
     // P_ij = exp(scale·S_ij − L_i), in place. The mask only where a key is missing (past Nk) or
     // invisible (causal, the block crosses the diagonal); L = +∞ rows give exp2(−∞) = 0 unmasked.
-    const bool need_mask = c0 + B_c > n.Nk || (n.causal && c0 + B_c - 1 > r0 + n.Nk - n.Nq);
+    const bool need_mask = j0 + B_c > n.Nk || (n.causal && j0 + B_c - 1 > i0 + n.Nk - n.Nq);
 #pragma unroll
     for (int mt = 0; mt < MT_S; ++mt)
 #pragma unroll
@@ -300,8 +300,8 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
         for (int e = 0; e < 4; ++e) {
           float p = exp2_ftz(fmaf(S_ij[mt][nt][e], scale_log2, -L2_i[mt][e >> 1]));
           if (need_mask) {
-            const int r = r0 + s_m + 16 * mt + g + 8 * (e >> 1);
-            const int c = c0 + s_n + 8 * nt + 2 * t + (e & 1);
+            const int r = i0 + s_m + 16 * mt + g + 8 * (e >> 1);
+            const int c = j0 + s_n + 8 * nt + 2 * t + (e & 1);
             if (c >= n.Nk || (n.causal && c > r + n.Nk - n.Nq)) p = 0.f;
           }
           S_ij[mt][nt][e] = p;  // now P_ij
@@ -327,7 +327,7 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
     // dP_ij = dO_i V_jᵀ: the same warp block as S_ij, so dS_ij is elementwise in registers.
     float dP_ij[MT_S][NT_S][4];
     zero(dP_ij);
-    warp_gemm<MT_S, NT_S, kD, false, false, 2>(dP_ij, dO_i, ld, s_m, V_s, ld, s_n, lane);
+    warp_gemm<MT_S, NT_S, d, false, false, 2>(dP_ij, dO_i, ld, s_m, V_s, ld, s_n, lane);
 
     // dS_ij = P_ij ∘ (dP_ij − D_i) → shared memory (dQ_i needs rows of it that other warps computed,
     // dK_j needs it transposed).
@@ -361,9 +361,9 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
     for (int mt = 0; mt < MT_Q; ++mt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const int r = r0 + q_m + 16 * mt + g + 8 * hh;
+        const int r = i0 + q_m + 16 * mt + g + 8 * hh;
         if (r < n.Nq) {  // rows past Nq are never stored
-          float* acc = dQ_acc + (bh * n.Nq + r) * kD + q_n + 2 * t;  // dQ row r, [d] fp32
+          float* acc = dQ_acc + (bh * n.Nq + r) * d + q_n + 2 * t;  // dQ row r, [d] fp32
 #pragma unroll
           for (int nt = 0; nt < NT_Q; ++nt) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -386,24 +386,24 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
   for (int mt = 0; mt < MT_KV; ++mt)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      const int c = c0 + kv_m + 16 * mt + g + 8 * hh;
+      const int c = j0 + kv_m + 16 * mt + g + 8 * hh;
       if (c < n.Nk) {
-        const int64_t row = (int64_t(bk) * n.Nk + c) * kD + kv_n + 2 * t;
+        const int64_t row = (int64_t(bk) * n.Nk + c) * d + kv_n + 2 * t;
 #pragma unroll
         for (int nt = 0; nt < NT_KV; ++nt) {
-          store2(dk + row + 8 * nt, pack2<T>(n.scale * dK_j[mt][nt][2 * hh], n.scale * dK_j[mt][nt][2 * hh + 1]));
-          store2(dv + row + 8 * nt, pack2<T>(dV_j[mt][nt][2 * hh], dV_j[mt][nt][2 * hh + 1]));
+          store2(dK + row + 8 * nt, pack2<T>(n.scale * dK_j[mt][nt][2 * hh], n.scale * dK_j[mt][nt][2 * hh + 1]));
+          store2(dV + row + 8 * nt, pack2<T>(dV_j[mt][nt][2 * hh], dV_j[mt][nt][2 * hh + 1]));
         }
       }
     }
 }
 
-template <class T, int kD>
+template <class T, int d>
 void launch_backward_main(const Problem& p, const BackwardArgs& a, const float* D, float* dQ_acc, cudaStream_t s) {
-  using C = Bwd<kD>;
+  using C = Bwd<d>;
   const unsigned blocks = unsigned(ceil_div<int64_t>(p.Nk, C::B_c) * p.B * p.H_kv);
-  allow_smem(backward_kernel<T, kD>, C::smem_bytes);
-  backward_kernel<T, kD><<<blocks, C::kThreads, C::smem_bytes, s>>>(
+  allow_smem(backward_kernel<T, d>, C::smem_bytes);
+  backward_kernel<T, d><<<blocks, C::kThreads, C::smem_bytes, s>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
       static_cast<const T*>(a.dO), a.lse, D, dQ_acc, static_cast<T*>(a.dk), static_cast<T*>(a.dv), dims_of(p));
   FL_CUDA(cudaGetLastError());

@@ -4,9 +4,8 @@
 // O_i) first, dQ summed in fp32 with atomics and converted at the end; the forward is step 09's (08d's).
 // Kernel 2 keeps FA2's Algorithm 2 (one thread block per K_j/V_j column block, walking the Q blocks,
 // dK_j and dV_j on chip) and moves its five products from mma.sync to wgmma, as step 08e did for the
-// forward. The section "Backward 2
-// of 3" below says how the products are turned so that P_ijᵀ and dS_ijᵀ are wgmma operands as they
-// come out of the accumulators.
+// forward. The section "Backward 2 of 3" below says how the products are turned so that P_ijᵀ and
+// dS_ijᵀ are wgmma operands as they come out of the accumulators.
 //
 // Why: step 09 reached 0.82–0.96 of PyTorch's FlashAttention-2 backward at N ≥ 4096 on the H200
 // (docs/results/2026-11-22-h200-run8-torch.*): with mma.sync every operand passes through ldmatrix
@@ -65,17 +64,17 @@ using namespace fl::bwd;
 // 57%, and the last subtraction, dP − D_i/2 with both near D_i/2, is exact (H200, docs/results/
 // explorations/2026-11-22-h200-run13-15-09b-dP-accuracy.txt). Step 09 subtracts D_i after its mma.sync
 // sums, as FlashAttention-2 does.
-template <int kD>
+template <int d>
 struct Bwd {
-  static constexpr int B_c = 128, B_r = kD <= 64 ? 128 : 64;
+  static constexpr int B_c = 128, B_r = d <= 64 ? 128 : 64;
   static constexpr int kWarpgroups = 2, kThreads = 128 * kWarpgroups;
   static constexpr int P = 64;  // panel width (columns of 128 bytes)
   // The dQ_i product, [B_r][d], one wgmma m64n64 per warpgroup: at d = 64 warpgroup w takes rows
   // 64w.. (all 64 columns), at d = 128 the 64 rows and columns 64w.. .
-  static_assert(B_r * kD == 2 * 64 * 64, "dQ_i is two m64n64 tiles, one per warpgroup");
+  static_assert(B_r * d == 2 * 64 * 64, "dQ_i is two m64n64 tiles, one per warpgroup");
   // K_j, V_j [B_c][d]; Q_i, dO_i [2][B_r][d] (double buffer); dS_ijᵀ [B_c][B_r]: 16-bit, swizzled
   // panels; L_i·log2 e and D_i [2][B_r] fp32; +1024 bytes to align the panels.
-  static constexpr int smem_bytes = (2 * B_c * kD + 4 * B_r * kD + B_c * B_r) * 2 + 4 * B_r * 4 + 1024;
+  static constexpr int smem_bytes = (2 * B_c * d + 4 * B_r * d + B_c * B_r) * 2 + 4 * B_r * 4 + 1024;
 };
 
 // Offset of element (row, col) of a [ROWS][COLS] 16-bit tile stored as COLS/64 panels [ROWS][64],
@@ -85,37 +84,37 @@ __device__ __forceinline__ int at(int row, int col) {
   return col / 64 * ROWS * 64 + row * 64 + ((col % 64 / 8) ^ (row % 8)) * 8 + col % 8;
 }
 
-// Rows [0, ROWS) of a [rows][kD] block in device memory → a [ROWS][kD] panel tile (cp.async, 16 bytes
+// Rows [0, ROWS) of a [rows][d] block in device memory → a [ROWS][d] panel tile (cp.async, 16 bytes
 // a copy, not waited for). Rows at or past `valid` are zero-filled; their source is the block's first
 // row, which exists.
-template <int ROWS, int kD, int kThreads, class T>
+template <int ROWS, int d, int kThreads, class T>
 __device__ __forceinline__ void load_panels(T* tile, const T* block, int valid, int tid) {
-  constexpr int kChunks = kD / 8;
+  constexpr int kChunks = d / 8;
   static_assert(ROWS * kChunks % kThreads == 0, "every thread moves the same number of chunks");
 #pragma unroll 4
   for (int step = 0; step < ROWS * kChunks / kThreads; ++step) {
     const int idx = step * kThreads + tid;
     const int row = idx / kChunks, col = idx % kChunks * 8;
     const bool ok = row < valid;
-    cp_async_16(tile + at<ROWS>(row, col), block + (ok ? int64_t(row) * kD + col : 0), ok);
+    cp_async_16(tile + at<ROWS>(row, col), block + (ok ? int64_t(row) * d + col : 0), ok);
   }
 }
 
-template <class T, int kD>
-__global__ void __launch_bounds__(Bwd<kD>::kThreads, 1)
-backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                const T* __restrict__ dO, const float* __restrict__ lse, const float* __restrict__ D,
-                float* __restrict__ dQ_acc, T* __restrict__ dk, T* __restrict__ dv, Dims n) {
-  using C = Bwd<kD>;
+template <class T, int d>
+__global__ void __launch_bounds__(Bwd<d>::kThreads, 1)
+backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                const T* __restrict__ dO, const float* __restrict__ L, const float* __restrict__ D,
+                float* __restrict__ dQ_acc, T* __restrict__ dK, T* __restrict__ dV, Dims n) {
+  using C = Bwd<d>;
   constexpr int B_r = C::B_r, B_c = C::B_c, kThreads = C::kThreads, P = C::P;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // wgmma's swizzle is applied to address bits: every panel starts on a 1024-byte boundary.
   unsigned char* smem = smem_raw + (1024 - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) % 1024) % 1024;
   T* K_s = reinterpret_cast<T*>(smem);  // K_j:    d/64 panels [B_c][64]
-  T* V_s = K_s + B_c * kD;              // V_j:    d/64 panels [B_c][64]
-  T* Q_s = V_s + B_c * kD;              // Q_i:    [2] × d/64 panels [B_r][64] (double buffer)
-  T* dO_s = Q_s + 2 * B_r * kD;         // dO_i:   [2] × d/64 panels [B_r][64]
-  T* dS_s = dO_s + 2 * B_r * kD;        // dS_ijᵀ: B_r/64 panels [B_c][64]: row = key, column = query row
+  T* V_s = K_s + B_c * d;              // V_j:    d/64 panels [B_c][64]
+  T* Q_s = V_s + B_c * d;              // Q_i:    [2] × d/64 panels [B_r][64] (double buffer)
+  T* dO_s = Q_s + 2 * B_r * d;         // dO_i:   [2] × d/64 panels [B_r][64]
+  T* dS_s = dO_s + 2 * B_r * d;        // dS_ijᵀ: B_r/64 panels [B_c][64]: row = key, column = query row
   float* L2_s = reinterpret_cast<float*>(dS_s + B_c * B_r);  // L_i·log2 e: [2][B_r]
   float* D_s = L2_s + 2 * B_r;                                // D_i:        [2][B_r]
 
@@ -124,12 +123,12 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma exists only in sm_90a code; the ladder (Arch::sm90a) refuses other GPUs before any launch
 #else
-  // blockIdx.x = j + T_c·(b·H_kv + hk), as in step 09.
+  // blockIdx.x = j + T_c·(b·H_kv + h_kv), as in step 09.
   const int T_c = ceil_div(n.Nk, B_c), T_r = ceil_div(n.Nq, B_r);
   const int j = blockIdx.x % T_c, bk = blockIdx.x / T_c;
-  const int b = bk / n.H_kv, hk = bk % n.H_kv;
-  const int c0 = j * B_c;
-  const int i_first = n.causal ? max(0, c0 + n.Nq - n.Nk) / B_r : 0;
+  const int b = bk / n.H_kv, h_kv = bk % n.H_kv;
+  const int j0 = j * B_c;
+  const int i_first = n.causal ? max(0, j0 + n.Nq - n.Nk) / B_r : 0;
   const int n_i = T_r - i_first;
   const int n_iter = n.group * n_i;
   const float scale_log2 = n.scale * kLog2e;
@@ -137,33 +136,33 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
   const int key0 = 64 * wg + 16 * warp + g;
 
   // Q_i, dO_i of iteration `it` → buffer `buf` (cp.async), and the first row of its Q block.
-  auto q_block = [&](int it, int& h, int& r0) {
-    h = hk * n.group + it / n_i;
-    r0 = (i_first + it % n_i) * B_r;
+  auto q_block = [&](int it, int& h, int& i0) {
+    h = h_kv * n.group + it / n_i;
+    i0 = (i_first + it % n_i) * B_r;
   };
   auto load_q_do = [&](int it, int buf) {
-    int h, r0;
-    q_block(it, h, r0);
-    const int64_t off = ((int64_t(b) * n.H + h) * n.Nq + r0) * kD;
-    load_panels<B_r, kD, kThreads>(Q_s + buf * B_r * kD, q + off, n.Nq - r0, tid);
-    load_panels<B_r, kD, kThreads>(dO_s + buf * B_r * kD, dO + off, n.Nq - r0, tid);
+    int h, i0;
+    q_block(it, h, i0);
+    const int64_t off = ((int64_t(b) * n.H + h) * n.Nq + i0) * d;
+    load_panels<B_r, d, kThreads>(Q_s + buf * B_r * d, Q + off, n.Nq - i0, tid);
+    load_panels<B_r, d, kThreads>(dO_s + buf * B_r * d, dO + off, n.Nq - i0, tid);
   };
   // L_i·log2 e and D_i of iteration `it`, one row per thread (tid < B_r): loaded into registers here,
   // stored to shared memory later, so that the loads' latency hides behind the products.
   auto load_l_d = [&](int it, float& l2, float& dd) {
-    int h, r0;
-    q_block(it, h, r0);
-    const int r = r0 + tid;
+    int h, i0;
+    q_block(it, h, i0);
+    const int r = i0 + tid;
     const bool ok = tid < B_r && r < n.Nq;
     const int64_t row = (int64_t(b) * n.H + h) * n.Nq + r;
-    l2 = ok ? lse[row] * kLog2e : INFINITY;  // rows past Nq: P = 0
+    l2 = ok ? L[row] * kLog2e : INFINITY;  // rows past Nq: P = 0
     dd = ok ? D[row] : 0.f;
   };
 
   // ---- Prologue: K_j, V_j once (zero-filled past Nk) and the first Q_i, dO_i, L_i, D_i.
-  const int64_t kv_off = (int64_t(bk) * n.Nk + c0) * kD;
-  load_panels<B_c, kD, kThreads>(K_s, k + kv_off, n.Nk - c0, tid);
-  load_panels<B_c, kD, kThreads>(V_s, v + kv_off, n.Nk - c0, tid);
+  const int64_t kv_off = (int64_t(bk) * n.Nk + j0) * d;
+  load_panels<B_c, d, kThreads>(K_s, K + kv_off, n.Nk - j0, tid);
+  load_panels<B_c, d, kThreads>(V_s, V + kv_off, n.Nk - j0, tid);
   if (n_iter > 0) {
     load_q_do(0, 0);
     float l2, dd;
@@ -172,17 +171,17 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
   }
   cp_async_commit();
 
-  float dK_j[kD / 2], dV_j[kD / 2];  // the warpgroup's [64 keys][d]: [n][2r + e] = (key_r, 8n + 2t + e)
+  float dK_j[d / 2], dV_j[d / 2];  // the warpgroup's [64 keys][d]: [n][2r + e] = (key_r, 8n + 2t + e)
 #pragma unroll
-  for (int x = 0; x < kD / 2; ++x) dK_j[x] = dV_j[x] = 0.f;
+  for (int x = 0; x < d / 2; ++x) dK_j[x] = dV_j[x] = 0.f;
 
   for (int it = 0; it < n_iter; ++it) {
     const int buf = it & 1;
-    int h, r0;
-    q_block(it, h, r0);
+    int h, i0;
+    q_block(it, h, i0);
     const int64_t bh = int64_t(b) * n.H + h;
-    const T* Q_i = Q_s + buf * B_r * kD;
-    const T* dO_i = dO_s + buf * B_r * kD;
+    const T* Q_i = Q_s + buf * B_r * d;
+    const T* dO_i = dO_s + buf * B_r * d;
     const float* L2_i = L2_s + buf * B_r;
     const float* D_i = D_s + buf * B_r;
 
@@ -210,12 +209,12 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
     wgmma::pin(dP);
     wgmma::fence();
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
+    for (int kk = 0; kk < d / 16; ++kk)
       wgmma::mma_ss<T, B_r>(S, wgmma::desc<P>(K_s + 16 * kk / P * B_c * P + 64 * wg * P + 16 * kk % P, 16),
                             wgmma::desc<P>(Q_i + 16 * kk / P * B_r * P + 16 * kk % P, 16), kk > 0);
     wgmma::commit();
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
+    for (int kk = 0; kk < d / 16; ++kk)
       wgmma::mma_ss<T, B_r>(dP, wgmma::desc<P>(V_s + 16 * kk / P * B_c * P + 64 * wg * P + 16 * kk % P, 16),
                             wgmma::desc<P>(dO_i + 16 * kk / P * B_r * P + 16 * kk % P, 16), true);
     wgmma::commit();
@@ -224,7 +223,7 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
     // only where a key is missing (past Nk) or invisible (causal, the block crosses the diagonal).
     wgmma::wait<1>();
     wgmma::pin(S);
-    const bool need_mask = c0 + B_c > n.Nk || (n.causal && c0 + B_c - 1 > r0 + n.Nk - n.Nq);
+    const bool need_mask = j0 + B_c > n.Nk || (n.causal && j0 + B_c - 1 > i0 + n.Nk - n.Nq);
 #pragma unroll
     for (int nt = 0; nt < B_r / 8; ++nt) {
       const float2 l2 = *reinterpret_cast<const float2*>(L2_i + 8 * nt + 2 * t);
@@ -232,7 +231,7 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
       for (int e = 0; e < 4; ++e) {
         float p = exp2_ftz(fmaf(S[4 * nt + e], scale_log2, -(e & 1 ? l2.y : l2.x)));
         if (need_mask) {
-          const int c = c0 + key0 + 8 * (e >> 1), r = r0 + 8 * nt + 2 * t + (e & 1);
+          const int c = j0 + key0 + 8 * (e >> 1), r = i0 + 8 * nt + 2 * t + (e & 1);
           if (c >= n.Nk || (n.causal && c > r + n.Nk - n.Nq)) p = 0.f;
         }
         S[4 * nt + e] = p;  // now P_ijᵀ
@@ -252,7 +251,7 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
 #pragma unroll
     for (int kk = 0; kk < B_r / 16; ++kk)
 #pragma unroll
-      for (int p = 0; p < kD / P; ++p)
+      for (int p = 0; p < d / P; ++p)
         wgmma::mma_rs<T, P>(reinterpret_cast<float(&)[P / 2]>(dV_j[p * P / 2]), P_a[kk],
                             wgmma::desc<P>(dO_i + p * B_r * P + 16 * kk * P, B_r * P * sizeof(T)));
     wgmma::commit();
@@ -287,7 +286,7 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
 #pragma unroll
     for (int kk = 0; kk < B_r / 16; ++kk)
 #pragma unroll
-      for (int p = 0; p < kD / P; ++p)
+      for (int p = 0; p < d / P; ++p)
         wgmma::mma_rs<T, P>(reinterpret_cast<float(&)[P / 2]>(dK_j[p * P / 2]), dS_a[kk],
                             wgmma::desc<P>(Q_i + p * B_r * P + 16 * kk * P, B_r * P * sizeof(T)));
     wgmma::commit();
@@ -297,7 +296,7 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
 
     // dQ_i = dS_ij K_j: B_c/16 k-steps (keys), A = dS_ij read transposed from dS_ijᵀ (MN-major), B = K_j
     // MN-major. Warpgroup wg: rows qm.., columns qn.. of dQ_i (see Bwd).
-    const int qm = kD == 64 ? 64 * wg : 0, qn = kD == 64 ? 0 : 64 * wg;
+    const int qm = d == 64 ? 64 * wg : 0, qn = d == 64 ? 0 : 64 * wg;
     float dQ[P / 2];  // [n][2r + e] = (query row qm + 16·warp + g + 8r, column qn + 8n + 2t + e)
     wgmma::fence();
 #pragma unroll
@@ -310,9 +309,9 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
     wgmma::pin(dK_j);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = r0 + qm + 16 * warp + g + 8 * r;
+      const int row = i0 + qm + 16 * warp + g + 8 * r;
       if (row < n.Nq) {  // rows past Nq are never stored
-        float* acc = dQ_acc + (bh * n.Nq + row) * kD + qn + 2 * t;  // dQ row, [d] fp32
+        float* acc = dQ_acc + (bh * n.Nq + row) * d + qn + 2 * t;  // dQ row, [d] fp32
 #pragma unroll
         for (int nt = 0; nt < P / 8; ++nt)
           atomicAdd(reinterpret_cast<float2*>(acc + 8 * nt), make_float2(dQ[4 * nt + 2 * r], dQ[4 * nt + 2 * r + 1]));
@@ -324,25 +323,25 @@ backward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __res
   // ---- Epilogue: dK_j = scale · Σ dS_ijᵀ Q_i and dV_j → device memory, keys past Nk never stored.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int c = c0 + key0 + 8 * r;
+    const int c = j0 + key0 + 8 * r;
     if (c < n.Nk) {
-      const int64_t row = (int64_t(bk) * n.Nk + c) * kD + 2 * t;
+      const int64_t row = (int64_t(bk) * n.Nk + c) * d + 2 * t;
 #pragma unroll
-      for (int nt = 0; nt < kD / 8; ++nt) {
-        store2(dk + row + 8 * nt, pack2<T>(n.scale * dK_j[4 * nt + 2 * r], n.scale * dK_j[4 * nt + 2 * r + 1]));
-        store2(dv + row + 8 * nt, pack2<T>(dV_j[4 * nt + 2 * r], dV_j[4 * nt + 2 * r + 1]));
+      for (int nt = 0; nt < d / 8; ++nt) {
+        store2(dK + row + 8 * nt, pack2<T>(n.scale * dK_j[4 * nt + 2 * r], n.scale * dK_j[4 * nt + 2 * r + 1]));
+        store2(dV + row + 8 * nt, pack2<T>(dV_j[4 * nt + 2 * r], dV_j[4 * nt + 2 * r + 1]));
       }
     }
   }
 #endif
 }
 
-template <class T, int kD>
+template <class T, int d>
 void launch_backward_main(const Problem& p, const BackwardArgs& a, const float* D, float* dQ_acc, cudaStream_t s) {
-  using C = Bwd<kD>;
+  using C = Bwd<d>;
   const unsigned blocks = unsigned(ceil_div<int64_t>(p.Nk, C::B_c) * p.B * p.H_kv);
-  allow_smem(backward_kernel<T, kD>, C::smem_bytes);
-  backward_kernel<T, kD><<<blocks, C::kThreads, C::smem_bytes, s>>>(
+  allow_smem(backward_kernel<T, d>, C::smem_bytes);
+  backward_kernel<T, d><<<blocks, C::kThreads, C::smem_bytes, s>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
       static_cast<const T*>(a.dO), a.lse, D, dQ_acc, static_cast<T*>(a.dk), static_cast<T*>(a.dv), dims_of(p));
   FL_CUDA(cudaGetLastError());

@@ -17,10 +17,10 @@ template <> __device__ __forceinline__ float from_float<float>(float x) { return
 template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-/// L = ln Σ_j e^{τ s_j} of one row, from what an exp2-domain step keeps (steps 04–07, 08d–08g, 09):
-/// the row's max m of the raw scores s_j = q·k_j, and ℓ = Σ_j 2^{s_j·τlog₂e − m_sub} summed against
-/// m_sub = m·τlog₂e rounded once (__fmul_rn). That rounding is r = m·τlog₂e − m_sub, exact as one
-/// fmaf, and ℓ carries it as a factor 2^r, so
+/// L = ln Σ_j e^{τ s_j} of one row, from what an exp2-domain step keeps (every forward from step 04,
+/// where the base-2 softmax is taught, on): the row's max m of the raw scores s_j = q·k_j, and
+/// ℓ = Σ_j 2^{s_j·τlog₂e − m_sub} summed against m_sub = m·τlog₂e rounded once (__fmul_rn). That
+/// rounding is r = m·τlog₂e − m_sub, exact as one fmaf, and ℓ carries it as a factor 2^r, so
 ///   L = m·τ + ln ℓ − r·ln 2.
 /// The shorter ln 2 · m_sub + ln ℓ would carry r itself (half an ulp of m_sub: 3.4e-4 at m·τ = 5888)
 /// and τlog₂e's own rounding (2^-24 of m_sub: 3.5e-4 more) into L, and came out one fp32 ulp of L low
