@@ -44,18 +44,18 @@ using namespace fl::mma;
 using namespace fl::bwd;  // Dims, unpack2, exp2_ftz, kLog2e, check_aligned: what the backward steps share
 
 // Tiles (09b's): B_c = 128 keys (2 consumers × 64), B_r = 128 query rows at d = 64 and 64 at d = 128.
-template <int kD>
+template <int d>
 struct Bwd {
-  static constexpr int B_c = 128, B_r = kD <= 64 ? 128 : 64;
+  static constexpr int B_c = 128, B_r = d <= 64 ? 128 : 64;
   static constexpr int kConsumers = 2, kThreads = 128 * (kConsumers + 1);
   static constexpr int kStages = 2;  // Q_i, dO_i, L_i, D_i ring
   static constexpr int P = 64;       // panel width (columns of 128 bytes)
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 128·24 + 256·240 = 64 512
-  static_assert(B_r * kD == 2 * 64 * 64, "dQ_i is two m64n64 tiles, one per consumer");
+  static_assert(B_r * d == 2 * 64 * 64, "dQ_i is two m64n64 tiles, one per consumer");
   // K_j, V_j [B_c][d]; Q_i, dO_i [kStages][B_r][d]; dS_ijᵀ [B_c][B_r] (16-bit swizzled panels); dQ_i
   // [B_r·d] fp32 (the accumulator's layout); L_i·log2 e, D_i [kStages][B_r] fp32; 1 + 3·kStages
   // barriers; +1024 to align the panels.
-  static constexpr int smem_bytes = (2 * B_c * kD + 2 * kStages * B_r * kD + B_c * B_r) * 2 + B_r * kD * 4 +
+  static constexpr int smem_bytes = (2 * B_c * d + 2 * kStages * B_r * d + B_c * B_r) * 2 + B_r * d * 4 +
                                     2 * kStages * B_r * 4 + 8 * (1 + 3 * kStages) + 1024;
 };
 
@@ -73,32 +73,32 @@ __device__ __forceinline__ int at(int row, int col) {
 // bytes: no bank conflicts) and the whole block is contiguous for the bulk add. Fragment x of thread c
 // (consumer w = c / 128, warp c / 32 % 4, lane = 4g + t) is element (qm + 16·warp + g + 8·(x % 4 / 2),
 // qn + 8·(x / 4) + 2t + x % 2) of dQ_i, with (qm, qn) = (64w, 0) at d = 64 and (0, 64w) at d = 128.
-template <int kD>
+template <int d>
 __host__ __device__ __forceinline__ void dq_element(int c, int x, int& row, int& col) {
   const int w = c / 128, warp = c / 32 % 4, lane = c % 32, g = lane / 4, t = lane % 4;
-  const int qm = kD == 64 ? 64 * w : 0, qn = kD == 64 ? 0 : 64 * w;
+  const int qm = d == 64 ? 64 * w : 0, qn = d == 64 ? 0 : 64 * w;
   row = qm + 16 * warp + g + 8 * (x % 4 / 2);
   col = qn + 8 * (x / 4) + 2 * t + x % 2;
 }
 
 /// The workspace, in order: the dQ accumulator [B·H][T_r][B_r·d] fp32, L·log2 e and D padded
 /// [B·H][T_r·B_r] fp32 each, the turn counters [B·H][T_r] int.
-template <int kD>
+template <int d>
 struct Workspace {
   float* dQ_acc;
   float* L2;
   float* D;
   int* turn;
   Workspace(const Problem& p, void* base) {
-    const int64_t T_r = ceil_div<int64_t>(p.Nq, Bwd<kD>::B_r), rows = p.B * p.H * T_r * Bwd<kD>::B_r;
+    const int64_t T_r = ceil_div<int64_t>(p.Nq, Bwd<d>::B_r), rows = p.B * p.H * T_r * Bwd<d>::B_r;
     dQ_acc = static_cast<float*>(base);
-    L2 = dQ_acc + rows * kD;
+    L2 = dQ_acc + rows * d;
     D = L2 + rows;
     turn = reinterpret_cast<int*>(D + rows);
   }
   static size_t bytes(const Problem& p) {
-    const int64_t T_r = ceil_div<int64_t>(p.Nq, Bwd<kD>::B_r), rows = p.B * p.H * T_r * Bwd<kD>::B_r;
-    return sizeof(float) * size_t(rows * kD + 2 * rows) + sizeof(int) * size_t(p.B * p.H * T_r);
+    const int64_t T_r = ceil_div<int64_t>(p.Nq, Bwd<d>::B_r), rows = p.B * p.H * T_r * Bwd<d>::B_r;
+    return sizeof(float) * size_t(rows * d + 2 * rows) + sizeof(int) * size_t(p.B * p.H * T_r);
   }
 };
 
@@ -106,11 +106,11 @@ struct Workspace {
 // One warp per padded row (09b's kernel 1, which read L in the main kernel instead).
 constexpr int kRowWarps = 8;
 
-template <class T, int kD>
+template <class T, int d>
 __global__ void __launch_bounds__(32 * kRowWarps)
 prepare_kernel(const T* __restrict__ o, const T* __restrict__ dO, const float* __restrict__ lse,
-               Workspace<kD> ws, int64_t bh_count, int Nq) {
-  constexpr int B_r = Bwd<kD>::B_r;
+               Workspace<d> ws, int64_t bh_count, int Nq) {
+  constexpr int B_r = Bwd<d>::B_r;
   const int lane = threadIdx.x % 32;
   const int T_r = ceil_div(Nq, B_r);
   const int64_t rows = bh_count * T_r * B_r;  // padded rows
@@ -120,9 +120,9 @@ prepare_kernel(const T* __restrict__ o, const T* __restrict__ dO, const float* _
     const int r = int(prow % (int64_t(T_r) * B_r));  // row within the (batch, head)
     float sum = 0.f;
     if (r < Nq) {
-      const T* o_r = o + (bh * Nq + r) * kD;    // O row  [d]
-      const T* do_r = dO + (bh * Nq + r) * kD;  // dO row [d]
-      for (int c = 2 * lane; c < kD; c += 64) {
+      const T* o_r = o + (bh * Nq + r) * d;    // O row  [d]
+      const T* do_r = dO + (bh * Nq + r) * d;  // dO row [d]
+      for (int c = 2 * lane; c < d; c += 64) {
         const float2 x = unpack2<T>(*reinterpret_cast<const uint32_t*>(o_r + c));
         const float2 y = unpack2<T>(*reinterpret_cast<const uint32_t*>(do_r + c));
         sum += x.x * y.x + x.y * y.y;
@@ -134,8 +134,8 @@ prepare_kernel(const T* __restrict__ o, const T* __restrict__ dO, const float* _
       ws.D[prow] = sum;  // 0 past Nq
       ws.L2[prow] = r < Nq ? lse[bh * Nq + r] * kLog2e : INFINITY;  // past Nq: P = exp2(· − ∞) = 0
     }
-    float4* acc = reinterpret_cast<float4*>(ws.dQ_acc + prow * kD);  // one padded row's worth [d]
-    for (int c = lane; c < kD / 4; c += 32) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+    float4* acc = reinterpret_cast<float4*>(ws.dQ_acc + prow * d);  // one padded row's worth [d]
+    for (int c = lane; c < d / 4; c += 32) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (lane == 0 && r % B_r == 0) ws.turn[prow / B_r] = 0;  // one counter per Q block
   }
 }
@@ -147,22 +147,22 @@ prepare_kernel(const T* __restrict__ o, const T* __restrict__ dO, const float* _
 //   dV_j += P_ijᵀ dO_i,  dK_j += dS_ijᵀ Q_i                        (A from registers)
 //   dQ_i = dS_ij K_j                                             (dS_ijᵀ through shared memory)
 // 09b's README explains the turned products and the −D_i/2 start.
-template <class T, int kD>
-__global__ void __launch_bounds__(Bwd<kD>::kThreads, 1)
+template <class T, int d>
+__global__ void __launch_bounds__(Bwd<d>::kThreads, 1)
 backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant__ CUtensorMap tm_dO,
                 const __grid_constant__ CUtensorMap tm_K, const __grid_constant__ CUtensorMap tm_V,
-                Workspace<kD> ws, T* __restrict__ dk, T* __restrict__ dv, Dims n) {
-  using C = Bwd<kD>;
+                Workspace<d> ws, T* __restrict__ dK, T* __restrict__ dV, Dims n) {
+  using C = Bwd<d>;
   constexpr int B_r = C::B_r, B_c = C::B_c, P = C::P, kStages = C::kStages;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + (1024 - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) % 1024) % 1024;
   T* K_s = reinterpret_cast<T*>(smem);     // K_j:    d/64 panels [B_c][64]
-  T* V_s = K_s + B_c * kD;                 // V_j:    d/64 panels [B_c][64]
-  T* Q_buf = V_s + B_c * kD;               // Q_i:    [kStages] × d/64 panels [B_r][64]
-  T* dO_buf = Q_buf + kStages * B_r * kD;  // dO_i:   [kStages] × d/64 panels [B_r][64]
-  T* dS_s = dO_buf + kStages * B_r * kD;   // dS_ijᵀ: B_r/64 panels [B_c][64]: row = key, column = query row
+  T* V_s = K_s + B_c * d;                 // V_j:    d/64 panels [B_c][64]
+  T* Q_buf = V_s + B_c * d;               // Q_i:    [kStages] × d/64 panels [B_r][64]
+  T* dO_buf = Q_buf + kStages * B_r * d;  // dO_i:   [kStages] × d/64 panels [B_r][64]
+  T* dS_s = dO_buf + kStages * B_r * d;   // dS_ijᵀ: B_r/64 panels [B_c][64]: row = key, column = query row
   float* dQ_s = reinterpret_cast<float*>(dS_s + B_c * B_r);  // dQ_i: [B_r·d] in the accumulator's layout
-  float* L2_buf = dQ_s + B_r * kD;                           // L_i·log2 e: [kStages][B_r]
+  float* L2_buf = dQ_s + B_r * d;                           // L_i·log2 e: [kStages][B_r]
   float* D_buf = L2_buf + kStages * B_r;                     // D_i:        [kStages][B_r]
   uint64_t* full_KV = reinterpret_cast<uint64_t*>(D_buf + kStages * B_r);  // K_j, V_j have landed
   uint64_t* full_Q = full_KV + 1;         // [kStages]: Q_i and L_i have landed
@@ -171,13 +171,13 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma, setmaxnreg exist only in sm_90a code; limits() refuses other GPUs before any launch
 #else
-  // blockIdx.x = j + T_c·(b·H_kv + hk), as in 09b; the Q blocks (of every query head of the group)
+  // blockIdx.x = j + T_c·(b·H_kv + h_kv), as in 09b; the Q blocks (of every query head of the group)
   // this column block meets: `it` = 0 … n_iter − 1 in the order (head, Q block).
   const int T_c = ceil_div(n.Nk, B_c), T_r = ceil_div(n.Nq, B_r);
   const int j = blockIdx.x % T_c, bk = blockIdx.x / T_c;
-  const int b = bk / n.H_kv, hk = bk % n.H_kv;
-  const int c0 = j * B_c;
-  const int i_first = n.causal ? max(0, c0 + n.Nq - n.Nk) / B_r : 0;  // Q blocks before it see none of K_j
+  const int b = bk / n.H_kv, h_kv = bk % n.H_kv;
+  const int j0 = j * B_c;
+  const int i_first = n.causal ? max(0, j0 + n.Nq - n.Nk) / B_r : 0;  // Q blocks before it see none of K_j
   const int n_i = T_r - i_first;
   const int n_iter = n.group * n_i;
   // The Q blocks run from the last down (09b: from i_first up). Every column block then starts on Q
@@ -186,7 +186,7 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
   // diagonal) would wait for blocks 0 … j − 1 to work up to it: 110 against 236 TFLOP/s at N = 2048,
   // d = 64, causal (H200, docs/results/2026-11-23-h200-09c-first.md).
   auto q_block = [&](int it, int& h, int& i) {
-    h = hk * n.group + it / n_i;
+    h = h_kv * n.group + it / n_i;
     i = T_r - 1 - it % n_i;
   };
 
@@ -205,11 +205,11 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
     // ---- Producer: K_j, V_j once; then Q_i, L_i and dO_i, D_i of every iteration, kStages ahead.
     tma::regs_dec<C::kProducerRegs>();
     if (threadIdx.x == 0) {
-      tma::arrive_expect_tx(full_KV, 2 * B_c * kD * sizeof(T));
+      tma::arrive_expect_tx(full_KV, 2 * B_c * d * sizeof(T));
 #pragma unroll
-      for (int p = 0; p < kD / P; ++p) {
-        tma::load_3d(K_s + p * B_c * P, &tm_K, p * P, c0, bk, full_KV);
-        tma::load_3d(V_s + p * B_c * P, &tm_V, p * P, c0, bk, full_KV);
+      for (int p = 0; p < d / P; ++p) {
+        tma::load_3d(K_s + p * B_c * P, &tm_K, p * P, j0, bk, full_KV);
+        tma::load_3d(V_s + p * B_c * P, &tm_V, p * P, j0, bk, full_KV);
       }
       for (int it = 0; it < n_iter; ++it) {
         const int s = it % kStages;
@@ -218,15 +218,15 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
         const int bh = b * n.H + h;
         const int64_t prow = (int64_t(bh) * T_r + i) * B_r;  // first padded row of Q_i in L2, D
         tma::wait(&empty[s], (it / kStages & 1) ^ 1);
-        tma::arrive_expect_tx(&full_Q[s], B_r * kD * sizeof(T) + B_r * sizeof(float));
+        tma::arrive_expect_tx(&full_Q[s], B_r * d * sizeof(T) + B_r * sizeof(float));
 #pragma unroll
-        for (int p = 0; p < kD / P; ++p)
-          tma::load_3d(Q_buf + s * B_r * kD + p * B_r * P, &tm_Q, p * P, i * B_r, bh, &full_Q[s]);
+        for (int p = 0; p < d / P; ++p)
+          tma::load_3d(Q_buf + s * B_r * d + p * B_r * P, &tm_Q, p * P, i * B_r, bh, &full_Q[s]);
         tma::load_1d(L2_buf + s * B_r, ws.L2 + prow, B_r * sizeof(float), &full_Q[s]);
-        tma::arrive_expect_tx(&full_dO[s], B_r * kD * sizeof(T) + B_r * sizeof(float));
+        tma::arrive_expect_tx(&full_dO[s], B_r * d * sizeof(T) + B_r * sizeof(float));
 #pragma unroll
-        for (int p = 0; p < kD / P; ++p)
-          tma::load_3d(dO_buf + s * B_r * kD + p * B_r * P, &tm_dO, p * P, i * B_r, bh, &full_dO[s]);
+        for (int p = 0; p < d / P; ++p)
+          tma::load_3d(dO_buf + s * B_r * d + p * B_r * P, &tm_dO, p * P, i * B_r, bh, &full_dO[s]);
         tma::load_1d(D_buf + s * B_r, ws.D + prow, B_r * sizeof(float), &full_dO[s]);
       }
     }
@@ -241,9 +241,9 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
   const float scale_log2 = n.scale * kLog2e;
   const int key0 = 64 * wg + 16 * warp + g;  // this thread's keys in the accumulators: key0 + 8r
 
-  float dK_j[kD / 2], dV_j[kD / 2];  // the warpgroup's [64 keys][d]: [n][2r + e] = (key_r, 8n + 2t + e)
+  float dK_j[d / 2], dV_j[d / 2];  // the warpgroup's [64 keys][d]: [n][2r + e] = (key_r, 8n + 2t + e)
 #pragma unroll
-  for (int x = 0; x < kD / 2; ++x) dK_j[x] = dV_j[x] = 0.f;
+  for (int x = 0; x < d / 2; ++x) dK_j[x] = dV_j[x] = 0.f;
   tma::wait(full_KV, 0);
 
   for (int it = 0; it < n_iter; ++it) {
@@ -251,9 +251,9 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
     const uint32_t parity = it / kStages & 1;
     int h, i;
     q_block(it, h, i);
-    const int bh = b * n.H + h, r0 = i * B_r;
-    const T* Q_i = Q_buf + s * B_r * kD;
-    const T* dO_i = dO_buf + s * B_r * kD;
+    const int bh = b * n.H + h, i0 = i * B_r;
+    const T* Q_i = Q_buf + s * B_r * d;
+    const T* dO_i = dO_buf + s * B_r * d;
     const float* L2_i = L2_buf + s * B_r;
     const float* D_i = D_buf + s * B_r;
 
@@ -270,12 +270,12 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
     wgmma::pin(dP);
     wgmma::fence();
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
+    for (int kk = 0; kk < d / 16; ++kk)
       wgmma::mma_ss<T, B_r>(S, wgmma::desc<P>(K_s + 16 * kk / P * B_c * P + 64 * wg * P + 16 * kk % P, 16),
                             wgmma::desc<P>(Q_i + 16 * kk / P * B_r * P + 16 * kk % P, 16), kk > 0);
     wgmma::commit();
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
+    for (int kk = 0; kk < d / 16; ++kk)
       wgmma::mma_ss<T, B_r>(dP, wgmma::desc<P>(V_s + 16 * kk / P * B_c * P + 64 * wg * P + 16 * kk % P, 16),
                             wgmma::desc<P>(dO_i + 16 * kk / P * B_r * P + 16 * kk % P, 16), true);
     wgmma::commit();
@@ -284,7 +284,7 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
     // Rows past Nq have L = +∞ (kernel 1): P = 0 there without a test.
     wgmma::wait<1>();
     wgmma::pin(S);
-    const bool need_mask = c0 + B_c > n.Nk || (n.causal && c0 + B_c - 1 > r0 + n.Nk - n.Nq);
+    const bool need_mask = j0 + B_c > n.Nk || (n.causal && j0 + B_c - 1 > i0 + n.Nk - n.Nq);
 #pragma unroll
     for (int nt = 0; nt < B_r / 8; ++nt) {
       const float2 l2 = *reinterpret_cast<const float2*>(L2_i + 8 * nt + 2 * t);
@@ -292,7 +292,7 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
       for (int e = 0; e < 4; ++e) {
         float p = exp2_ftz(fmaf(S[4 * nt + e], scale_log2, -(e & 1 ? l2.y : l2.x)));
         if (need_mask) {
-          const int c = c0 + key0 + 8 * (e >> 1), r = r0 + 8 * nt + 2 * t + (e & 1);
+          const int c = j0 + key0 + 8 * (e >> 1), r = i0 + 8 * nt + 2 * t + (e & 1);
           if (c >= n.Nk || (n.causal && c > r + n.Nk - n.Nq)) p = 0.f;
         }
         S[4 * nt + e] = p;  // now P_ijᵀ
@@ -310,7 +310,7 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
 #pragma unroll
     for (int kk = 0; kk < B_r / 16; ++kk)
 #pragma unroll
-      for (int p = 0; p < kD / P; ++p)
+      for (int p = 0; p < d / P; ++p)
         wgmma::mma_rs<T, P>(reinterpret_cast<float(&)[P / 2]>(dV_j[p * P / 2]), P_a[kk],
                             wgmma::desc<P>(dO_i + p * B_r * P + 16 * kk * P, B_r * P * sizeof(T)));
     wgmma::commit();
@@ -341,7 +341,7 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
 #pragma unroll
     for (int kk = 0; kk < B_r / 16; ++kk)
 #pragma unroll
-      for (int p = 0; p < kD / P; ++p)
+      for (int p = 0; p < d / P; ++p)
         wgmma::mma_rs<T, P>(reinterpret_cast<float(&)[P / 2]>(dK_j[p * P / 2]), dS_a[kk],
                             wgmma::desc<P>(Q_i + p * B_r * P + 16 * kk * P, B_r * P * sizeof(T)));
     wgmma::commit();
@@ -351,7 +351,7 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
     tma::named_sync(1, 256);
 
     // dQ_i = dS_ij K_j (as 09b), this consumer's m64n64 tile.
-    const int qm = kD == 64 ? 64 * wg : 0, qn = kD == 64 ? 0 : 64 * wg;
+    const int qm = d == 64 ? 64 * wg : 0, qn = d == 64 ? 0 : 64 * wg;
     float dQ[P / 2];  // [n][2r + e] = (query row qm + 16·warp + g + 8r, column qn + 8n + 2t + e)
     wgmma::fence();
 #pragma unroll
@@ -372,7 +372,7 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
     wgmma::fence_proxy_async();       // the writes, visible to the copy engine after the barrier
     tma::named_sync(2, 256);          // also: every consumer is done reading dS_s for this iteration
     if (tid == 0) {
-      float* dst = ws.dQ_acc + (int64_t(bh) * T_r + i) * (B_r * kD);
+      float* dst = ws.dQ_acc + (int64_t(bh) * T_r + i) * (B_r * d);
       int* turn = ws.turn + int64_t(bh) * T_r + i;
       if (n.deterministic) {  // wait until the column blocks before this one have added theirs
         // The column blocks that meet Q_i are j = 0 … J (causal: i_first grows with j), so block j's
@@ -383,7 +383,7 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
         } while (seen != j);
         tma::fence_proxy_async_global();  // the adds before ours (async proxy) are ordered before ours
       }
-      tma::reduce_add_1d(dst, dQ_s, B_r * kD * sizeof(float));
+      tma::reduce_add_1d(dst, dQ_s, B_r * d * sizeof(float));
       tma::bulk_commit();
       if (n.deterministic) {  // our add has landed before the next block's turn starts
         tma::bulk_wait<0, false>();
@@ -397,13 +397,13 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
   // ---- Epilogue: dK_j = τ · Σ dS_ijᵀ Q_i and dV_j → device memory, keys past Nk never stored (as 09b).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int c = c0 + key0 + 8 * r;
+    const int c = j0 + key0 + 8 * r;
     if (c < n.Nk) {
-      const int64_t row = (int64_t(bk) * n.Nk + c) * kD + 2 * t;
+      const int64_t row = (int64_t(bk) * n.Nk + c) * d + 2 * t;
 #pragma unroll
-      for (int nt = 0; nt < kD / 8; ++nt) {
-        store2(dk + row + 8 * nt, pack2<T>(n.scale * dK_j[4 * nt + 2 * r], n.scale * dK_j[4 * nt + 2 * r + 1]));
-        store2(dv + row + 8 * nt, pack2<T>(dV_j[4 * nt + 2 * r], dV_j[4 * nt + 2 * r + 1]));
+      for (int nt = 0; nt < d / 8; ++nt) {
+        store2(dK + row + 8 * nt, pack2<T>(n.scale * dK_j[4 * nt + 2 * r], n.scale * dK_j[4 * nt + 2 * r + 1]));
+        store2(dV + row + 8 * nt, pack2<T>(dV_j[4 * nt + 2 * r], dV_j[4 * nt + 2 * r + 1]));
       }
     }
   }
@@ -411,21 +411,21 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
 }
 
 // ==== Backward 3 of 3: dQ = τ · (fp32 accumulator), back in [B][H][Nq][d] order, rounded to T =======
-template <class T, int kD>
-__global__ void convert_dq_kernel(Workspace<kD> ws, T* __restrict__ dq, int64_t bh_count, int Nq, float scale) {
-  constexpr int B_r = Bwd<kD>::B_r;
+template <class T, int d>
+__global__ void convert_dq_kernel(Workspace<d> ws, T* __restrict__ dq, int64_t bh_count, int Nq, float scale) {
+  constexpr int B_r = Bwd<d>::B_r;
   const int T_r = ceil_div(Nq, B_r);
-  const int64_t pairs = bh_count * T_r * (B_r * kD / 2);  // one thread: the two floats x, x + 1 (x even)
+  const int64_t pairs = bh_count * T_r * (B_r * d / 2);  // one thread: the two floats x, x + 1 (x even)
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < pairs; k += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t blk = k / (B_r * kD / 2), bh = blk / T_r;
-    const int i = int(blk % T_r), e = int(k % (B_r * kD / 2)) * 2;  // e: float offset within the block
+    const int64_t blk = k / (B_r * d / 2), bh = blk / T_r;
+    const int i = int(blk % T_r), e = int(k % (B_r * d / 2)) * 2;  // e: float offset within the block
     const int c = e / 4 % 256, x = e / 1024 * 4 + e % 4;             // consumer thread, fragment index
     int row, col;
-    dq_element<kD>(c, x, row, col);  // x and x + 1: the same row, columns col and col + 1
+    dq_element<d>(c, x, row, col);  // x and x + 1: the same row, columns col and col + 1
     row += i * B_r;
     if (row < Nq) {
-      const float2 f = *reinterpret_cast<const float2*>(ws.dQ_acc + blk * (B_r * kD) + e);
-      store2(dq + (bh * Nq + row) * kD + col, pack2<T>(scale * f.x, scale * f.y));
+      const float2 f = *reinterpret_cast<const float2*>(ws.dQ_acc + blk * (B_r * d) + e);
+      store2(dq + (bh * Nq + row) * d + col, pack2<T>(scale * f.x, scale * f.y));
     }
   }
 }
@@ -455,35 +455,35 @@ size_t backward_workspace_bytes(const Problem& p) {
   return p.d <= 64 ? Workspace<64>::bytes(p) : Workspace<128>::bytes(p);
 }
 
-template <class T, int kD>
+template <class T, int d>
 void launch_backward(const Problem& p, const BackwardArgs& a) {
-  using C = Bwd<kD>;
+  using C = Bwd<d>;
   cudaStream_t s = static_cast<cudaStream_t>(a.stream);
   const std::pair<const void*, const char*> ptrs[] = {{a.o, "O"},   {a.dO, "dO"}, {a.dq, "dQ"},
                                                       {a.dk, "dK"}, {a.dv, "dV"}, {a.workspace, "the workspace"}};
   for (const auto& [ptr, name] : ptrs) check_aligned(ptr, name);  // (Q, K, V: the tensor maps check theirs)
-  const Workspace<kD> ws(p, a.workspace);
+  const Workspace<d> ws(p, a.workspace);
   const int64_t bh = p.B * p.H, T_r = ceil_div<int64_t>(p.Nq, C::B_r);
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   // 1: D, the padded L·log2 e and D, zeroes.
   const int64_t prows = bh * T_r * C::B_r;
-  prepare_kernel<T, kD><<<unsigned(std::min<int64_t>(ceil_div<int64_t>(prows, kRowWarps), 1 << 20)), 32 * kRowWarps, 0, s>>>(
+  prepare_kernel<T, d><<<unsigned(std::min<int64_t>(ceil_div<int64_t>(prows, kRowWarps), 1 << 20)), 32 * kRowWarps, 0, s>>>(
       static_cast<const T*>(a.o), static_cast<const T*>(a.dO), a.lse, ws, bh, int(p.Nq));
   FL_CUDA(cudaGetLastError());
   // 2: the main kernel, reading Q, dO as [B·H][Nq][d] and K, V as [B·H_kv][Nk][d] through tensor maps.
-  const CUtensorMap tm_Q = tma::make_tensor_map(a.q, bf16, bh, p.Nq, kD, C::B_r, "Q");
-  const CUtensorMap tm_dO = tma::make_tensor_map(a.dO, bf16, bh, p.Nq, kD, C::B_r, "dO");
-  const CUtensorMap tm_K = tma::make_tensor_map(a.k, bf16, p.B * p.H_kv, p.Nk, kD, C::B_c, "K");
-  const CUtensorMap tm_V = tma::make_tensor_map(a.v, bf16, p.B * p.H_kv, p.Nk, kD, C::B_c, "V");
-  auto kernel = backward_kernel<T, kD>;
+  const CUtensorMap tm_Q = tma::make_tensor_map(a.q, bf16, bh, p.Nq, d, C::B_r, "Q");
+  const CUtensorMap tm_dO = tma::make_tensor_map(a.dO, bf16, bh, p.Nq, d, C::B_r, "dO");
+  const CUtensorMap tm_K = tma::make_tensor_map(a.k, bf16, p.B * p.H_kv, p.Nk, d, C::B_c, "K");
+  const CUtensorMap tm_V = tma::make_tensor_map(a.v, bf16, p.B * p.H_kv, p.Nk, d, C::B_c, "V");
+  auto kernel = backward_kernel<T, d>;
   allow_smem(kernel, C::smem_bytes);
   const unsigned blocks = unsigned(ceil_div<int64_t>(p.Nk, C::B_c) * p.B * p.H_kv);
   kernel<<<blocks, C::kThreads, C::smem_bytes, s>>>(tm_Q, tm_dO, tm_K, tm_V, ws, static_cast<T*>(a.dk),
                                                      static_cast<T*>(a.dv), dims_of(p));
   FL_CUDA(cudaGetLastError());
   // 3: dQ.
-  const int64_t pairs = bh * T_r * (C::B_r * kD / 2);
-  convert_dq_kernel<T, kD><<<unsigned(std::min<int64_t>(ceil_div<int64_t>(pairs, 256), 1 << 20)), 256, 0, s>>>(
+  const int64_t pairs = bh * T_r * (C::B_r * d / 2);
+  convert_dq_kernel<T, d><<<unsigned(std::min<int64_t>(ceil_div<int64_t>(pairs, 256), 1 << 20)), 256, 0, s>>>(
       ws, static_cast<T*>(a.dq), bh, int(p.Nq), float(p.softmax_scale()));
   FL_CUDA(cudaGetLastError());
 }
