@@ -1,0 +1,751 @@
+// flashladder — steps/11_ring_attention/ring.cu: step 11, ring attention across GPUs on NCCL.
+//
+// One process per GPU ("rank"), each holding its slots of Q, K, V, O, L (plan.hpp says which part of
+// the sequence). The local attention is a ladder step called through its StepImpl (08i_pingpong
+// forward and 09b_wgmma backward on Hopper): this step adds the ring and the merge, nothing else.
+//
+// Forward, ring step s = 0 … G − 1 (two streams: compute `cs` and transfer `xs`, events between them):
+//   xs: one NCCL group: send the K|V in hand (origin r − s) to rank r + 1, receive origin r − s − 1 from
+//       rank r − 1 into the other travel buffer (double buffering; not after the last step)
+//   cs: wait for the K|V of step s; for each (query chunk, key chunk) pair of the step, the local step
+//       writes a partial (O_s, L_s) and a merge kernel folds it into the running (O, L): the same
+//       logsumexp rule as online softmax (step 02 per key, 05 per block, 10 per thread block; here per
+//       GPU):  L' = m + log(e^{L−m} + e^{L_s−m}),  O' = e^{L−L'} O + e^{L_s−L'} O_s,  m = max(L, L_s).
+//   The transfer of step s runs while step s computes; it waits only for step s − 1's compute, which
+//   read the buffer it receives into.
+// Backward: the global O and L of the forward go in; each pair runs the local backward step with them,
+// and that is exactly this pair's share of the gradients: with the global L the step's
+// P_ij = exp(S_ij − L_i) are the global probabilities of these keys, its D_i = rowsum(dO_i ∘ O_i) is
+// the global D, and dV_j = Σ_i P_ijᵀ dO_i, dS = P ∘ (dP − D), dQ_i = τ Σ_j dS_ij K_j, dK_j = τ Σ_i dS_ijᵀ Q_i
+// are sums over the pairs. dQ stays on its rank (fp32 sum of the pairs); dK, dV travel the ring beside
+// K, V in fp32 and, after G transfers, arrive summed at their owner. The step's partials come in the
+// storage type (its interface has no fp32 outputs); they are added in fp32 and rounded once at the end.
+#include "steps/11_ring_attention/ring.hpp"
+
+#include <nccl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "common/cuda.cuh"
+#include "steps/device/math.cuh"
+#include "steps/ladder.hpp"
+
+namespace fl::ring {
+
+static_assert(NCCL_UNIQUE_ID_BYTES == kUniqueIdBytes, "ring.hpp's kUniqueIdBytes must match nccl.h");
+
+namespace {
+
+// Every NCCL call goes through this: the call, the place, NCCL's message and its last error text.
+void nccl_check(ncclResult_t r, const char* call, const char* file, int line) {
+  if (r == ncclSuccess) return;
+  const char* last = ncclGetLastError(nullptr);
+  throw Error(std::string("NCCL error in ") + call + " at " + file + ":" + std::to_string(line) + ": " +
+              ncclGetErrorString(r) + (last && *last ? std::string(" (") + last + ")" : std::string()));
+}
+#define FL_NCCL(call) nccl_check((call), #call, __FILE__, __LINE__)
+
+// ==== Kernels: the merge, fp32 sums, conversions ===================================================
+constexpr int kRowsPerBlock = 8;  // warp-per-row kernels: 8 warps of 256 threads
+
+unsigned row_blocks(int64_t rows) { return unsigned(std::clamp<int64_t>(ceil_div<int64_t>(rows, kRowsPerBlock), 1, 1 << 16)); }
+unsigned elem_blocks(int64_t n) { return unsigned(std::clamp<int64_t>(ceil_div<int64_t>(n, 256), 1, 1 << 16)); }
+
+// One warp per row of a query slot: acc [rows][d] fp32 (the running O, normalised), L [rows] fp32 (the
+// running L, −∞ while the row has seen no key), O_s [rows][d] and L_s [rows] the partial of one pair.
+// first: the slot's first pair, which is copied (the running state may hold NaN poison).
+template <class T>
+__global__ void merge_kernel(float* __restrict__ acc, float* __restrict__ L, const T* __restrict__ O_s,
+                             const float* __restrict__ L_s, int64_t rows, int d, int first) {
+  const int lane = threadIdx.x % 32;
+  for (int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32; row < rows;
+       row += int64_t(gridDim.x) * kRowsPerBlock) {
+    float* a = acc + row * d;
+    const T* o = O_s + row * d;
+    // The steps write L = +∞ for a row that saw no key (so that the backward's exp(S − L) is 0). In a
+    // sum of exponentials such a partial contributes nothing, which is logsumexp −∞: use that here,
+    // and give +∞ back at the end (finalize_kernel).
+    const float ls = L_s[row] == INFINITY ? -INFINITY : L_s[row];
+    if (first) {
+      for (int c = lane; c < d; c += 32) a[c] = to_float(o[c]);
+      if (lane == 0) L[row] = ls;
+      continue;
+    }
+    const float la = L[row];
+    const float m = fmaxf(la, ls);
+    __syncwarp();  // every lane has read L[row] before lane 0 may write it below
+    if (m == -INFINITY) continue;  // neither part saw a key: the running row stays as it is (O = 0)
+    const float wa = expf(la - m), ws = expf(ls - m), sum = wa + ws;  // both ≤ 1, one of them = 1
+    const float ca = wa / sum, cs = ws / sum;                          // e^{L−L'} and e^{L_s−L'}
+    for (int c = lane; c < d; c += 32) a[c] = ca * a[c] + cs * to_float(o[c]);
+    if (lane == 0) L[row] = m + logf(sum);
+  }
+}
+
+// The running state into the outputs: O rounded once to the storage type; L = −∞ back to +∞.
+template <class T>
+__global__ void finalize_kernel(const float* __restrict__ acc, T* __restrict__ O, float* __restrict__ L,
+                                int64_t rows, int d) {
+  const int lane = threadIdx.x % 32;
+  for (int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32; row < rows;
+       row += int64_t(gridDim.x) * kRowsPerBlock) {
+    for (int c = lane; c < d; c += 32) O[row * d + c] = from_float<T>(acc[row * d + c]);
+    if (lane == 0 && L[row] == -INFINITY) L[row] = INFINITY;
+  }
+}
+
+// acc (fp32) = part, or acc + part: a pair's dQ, dK or dV (storage type) into an fp32 sum.
+template <class T>
+__global__ void accumulate_kernel(float* __restrict__ acc, const T* __restrict__ part, int64_t n, int first) {
+  for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x)
+    acc[x] = first ? to_float(part[x]) : acc[x] + to_float(part[x]);
+}
+
+__global__ void add_kernel(float* __restrict__ acc, const float* __restrict__ x, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    acc[i] += x[i];
+}
+
+template <class T>
+__global__ void convert_kernel(const float* __restrict__ acc, T* __restrict__ out, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = from_float<T>(acc[i]);
+}
+
+__global__ void fill_kernel(float* __restrict__ x, int64_t n, float value) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = value;
+}
+
+// Inputs for timing-only runs (no host copy, no check): mean + uniform noise of standard deviation 1
+// from a hash of the index, so that a 131072-long problem needs no host-side generation.
+template <class T>
+__global__ void random_kernel(T* __restrict__ x, int64_t n, uint64_t seed, float mean) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint64_t z = seed * 0x9e3779b97f4a7c15ull + uint64_t(i);  // splitmix64
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const float u = float(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    x[i] = from_float<T>(mean + (u - 0.5f) * 3.4641016f);   // √12 · (u − ½): variance 1
+  }
+}
+
+// ==== One rank ====================================================================================
+const Step* pick_step(const std::string& name, bool backward, const std::vector<Problem>& probs, int rank) {
+  auto refusal = [&](const Step& s) {
+    if (backward && !s.has_backward()) return "step " + s.folder + " has no backward pass";
+    for (const Problem& q : probs) {
+      std::string why = s.refusal(q);
+      if (!why.empty()) return why + " (a pair of the ring: " + q.describe() + ")";
+    }
+    return std::string();
+  };
+  if (!name.empty()) {
+    const Step* s = find_step(name);
+    if (!s) throw Error("rank " + std::to_string(rank) + ": unknown step '" + name + "'");
+    if (!s->gpu()) throw Error("rank " + std::to_string(rank) + ": step " + s->folder + " runs on the CPU");
+    const std::string why = refusal(*s);
+    if (!why.empty()) throw Error("rank " + std::to_string(rank) + ": " + why);
+    return s;
+  }
+  // The ladder's last rung that accepts every pair: forward among the forward-only GPU steps (08i on
+  // Hopper; 09/09b carry a forward of their own for their backward), backward among steps with one.
+  std::string whys;
+  const auto& L = ladder();
+  for (auto it = L.rbegin(); it != L.rend(); ++it) {
+    if (!it->gpu() || (backward ? !it->has_backward() : it->backward)) continue;
+    const std::string why = refusal(*it);
+    if (why.empty()) return &*it;
+    whys += "\n  " + why;
+  }
+  throw Error("rank " + std::to_string(rank) + ": no " + (backward ? "backward" : "forward") +
+              " step of the ladder accepts the pairs of this ring:" + whys);
+}
+
+struct Rank {
+  const RankConfig& cfg;
+  const Plan& P;
+  const int r, G, S;  // rank, ranks, slots per rank
+  const size_t e;     // bytes per element of the storage type
+  const Step* fs = nullptr;
+  const Step* bs = nullptr;
+  cudaStream_t cs = nullptr, xs = nullptr;  // compute, transfer
+  ncclComm_t comm = nullptr;
+  int64_t max_kv = 0;  // the largest share of K over ranks (travel buffers are sized for it)
+  std::vector<bool> direct_q, direct_k;  // a slot with exactly one pair in the whole ring is written by the step itself
+  // Forward: Q slots; home K|V (this rank's own, never overwritten); travel K|V ×2; O, L; the running
+  // O in fp32; one pair's partial (O_s, L_s); the step's workspace.
+  DeviceBuffer q, home, travel[2], o, lse, acc, o_s, l_s, fws;
+  // Backward: dO; dQ, dK, dV; dQ's fp32 sum; dK|dV fp32 sums travelling the ring ×2 and this step's
+  // local share; one pair's partial dQ_s, dK_s, dV_s; the step's workspace; a float for the barrier.
+  DeviceBuffer dO, dq, dk, dv, dq_acc, dkv[2], dkv_local, dq_s, dk_s, dv_s, bws, sync;
+  std::vector<cudaEvent_t> comp_begin, comp_end, comm_begin, comm_end;
+  cudaEvent_t ev_start = nullptr, ev_end = nullptr;
+
+  Rank(const RankConfig& c, int rank)
+      : cfg(c), P(c.plan), r(rank), G(c.plan.G), S(c.plan.slots()), e(size_t(dtype_bytes(c.plan.p.dtype))) {}
+
+  ~Rank() {
+    for (auto* v : {&comp_begin, &comp_end, &comm_begin, &comm_end})
+      for (cudaEvent_t ev : *v) cudaEventDestroy(ev);
+    if (ev_start) cudaEventDestroy(ev_start);
+    if (ev_end) cudaEventDestroy(ev_end);
+    if (cs) cudaStreamDestroy(cs);
+    if (xs) cudaStreamDestroy(xs);
+  }
+
+  int next() const { return (r + 1) % G; }
+  int prev() const { return (r + G - 1) % G; }
+  template <class B>
+  char* at(B& b, int64_t elems, size_t bytes_per_elem) { return b.template as<char>() + size_t(elems) * bytes_per_elem; }
+  char* kv_at(char* base, int origin, int slot, bool v) const {  // K or V slot in a K|V buffer of `origin`
+    return base + e * size_t((v ? P.kv_elems(origin) : 0) + P.kv_slot_offset(origin, slot));
+  }
+
+  void alloc(DeviceBuffer& b, size_t bytes, const char* what) {
+    try {
+      b.allocate(bytes);
+    } catch (const Error& x) {
+      throw Error(std::string("cudaMalloc of ") + what + ": " + x.what());
+    }
+  }
+
+  void setup() {
+    const Problem& p = P.p;
+    for (int k = 0; k < G; ++k) max_kv = std::max(max_kv, P.kv_elems(k));
+    // Every pair problem this rank will run: the steps' refusals are checked on all of them first.
+    std::vector<Problem> probs;
+    std::vector<int> pairs_q(size_t(S), 0), pairs_k(size_t(S), 0);
+    for (int s = 0; s < G; ++s)
+      for (const Pair& x : P.pairs(r, s)) {
+        probs.push_back(P.pair_problem(x));
+        ++pairs_q[size_t(x.q_slot)];
+        if (G == 1) ++pairs_k[size_t(x.k_slot)];
+      }
+    for (int i = 0; i < S; ++i) {
+      direct_q.push_back(pairs_q[size_t(i)] == 1);
+      direct_k.push_back(G == 1 && pairs_k[size_t(i)] == 1);  // dK, dV of G > 1 always cross the ring
+    }
+    fs = pick_step(cfg.fwd_step, false, probs, r);
+    if (cfg.backward) bs = pick_step(cfg.bwd_step, true, probs, r);
+    size_t fw = 0, bw = 0;
+    for (const Problem& x : probs) {
+      fw = std::max(fw, fs->impl->workspace_bytes(x));
+      if (bs) bw = std::max(bw, bs->impl->backward_workspace_bytes(x));
+    }
+    const int64_t qn = P.q_elems(r), ln = P.lse_elems(r), kn = P.kv_elems(r);
+    const int64_t chunk_q = p.B * p.H * P.max_chunk() * p.d, chunk_l = p.B * p.H * P.max_chunk();
+    const int64_t chunk_k = p.B * p.H_kv * P.max_chunk() * p.d;
+    alloc(q, e * qn, "Q");
+    alloc(home, 2 * e * kn, "K|V");
+    if (G > 1) {
+      alloc(travel[0], 2 * e * max_kv, "the first travelling K|V");
+      alloc(travel[1], 2 * e * max_kv, "the second travelling K|V");
+    }
+    alloc(o, e * qn, "O");
+    alloc(lse, 4 * ln, "L");
+    alloc(acc, 4 * qn, "the running O (fp32)");
+    alloc(o_s, e * chunk_q, "a pair's O_s");
+    alloc(l_s, 4 * chunk_l, "a pair's L_s");
+    alloc(fws, fw, "the forward step's workspace");
+    if (cfg.backward) {
+      alloc(dO, e * qn, "dO");
+      alloc(dq, e * qn, "dQ");
+      alloc(dk, e * kn, "dK");
+      alloc(dv, e * kn, "dV");
+      alloc(dq_acc, 4 * qn, "dQ's fp32 sum");
+      alloc(dkv[0], 8 * max_kv, "the first travelling dK|dV (fp32)");
+      alloc(dkv[1], 8 * max_kv, "the second travelling dK|dV (fp32)");
+      alloc(dkv_local, 8 * max_kv, "this step's dK|dV (fp32)");
+      alloc(dq_s, e * chunk_q, "a pair's dQ_s");
+      alloc(dk_s, e * chunk_k, "a pair's dK_s");
+      alloc(dv_s, e * chunk_k, "a pair's dV_s");
+      alloc(bws, bw, "the backward step's workspace");
+    }
+    alloc(sync, 4, "the barrier's float");
+    FL_CUDA(cudaMemset(sync.get(), 0, 4));
+    FL_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    FL_CUDA(cudaStreamCreateWithFlags(&xs, cudaStreamNonBlocking));
+    for (auto* v : {&comp_begin, &comp_end, &comm_begin, &comm_end}) {
+      v->assign(size_t(G + 1), nullptr);
+      for (cudaEvent_t& ev : *v) FL_CUDA(cudaEventCreate(&ev));
+    }
+    FL_CUDA(cudaEventCreate(&ev_start));
+    FL_CUDA(cudaEventCreate(&ev_end));
+  }
+
+  // ---- Inputs: this rank's rows of the whole problem, slot by slot --------------------------------
+  // Copies rows [start, start + len) of every (b, head) of a [B][heads][N][d] host tensor into a slot
+  // [B][heads][len][d] (to_slot), or back (from_slot).
+  void gather(const std::vector<float>& full, int64_t heads, int chunk, std::vector<float>& out) const {
+    const Problem& p = P.p;
+    const int64_t st = P.start[size_t(chunk)], n = P.len[size_t(chunk)];
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* src = full.data() + ((b * heads + h) * p.Nq + st) * p.d;
+        out.insert(out.end(), src, src + n * p.d);
+      }
+  }
+  void scatter(const std::vector<float>& slot, int64_t heads, int chunk, float* full) const {
+    const Problem& p = P.p;
+    const int64_t st = P.start[size_t(chunk)], n = P.len[size_t(chunk)], w = heads == -1 ? 1 : p.d;
+    const int64_t hh = heads == -1 ? p.H : heads;  // heads = −1: L, one value per row
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < hh; ++h)
+        std::memcpy(full + ((b * hh + h) * p.Nq + st) * w, slot.data() + (b * hh + h) * n * w, sizeof(float) * size_t(n * w));
+  }
+
+  void upload(const Inputs& in) {
+    const Problem& p = P.p;
+    auto put = [&](DeviceBuffer& b, size_t byte_off, const std::vector<float>& x) {
+      std::vector<uint8_t> bytes = pack(p.dtype, x);
+      FL_CUDA(cudaMemcpy(b.as<char>() + byte_off, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+    };
+    std::vector<float> qs, ks, vs, ds;
+    for (int i = 0; i < S; ++i) {
+      const int c = P.chunk_of(r, i);
+      gather(in.q, p.H, c, qs);
+      gather(in.k, p.H_kv, c, ks);
+      gather(in.v, p.H_kv, c, vs);
+      if (cfg.backward) gather(in.dO, p.H, c, ds);
+    }
+    put(q, 0, qs);
+    put(home, 0, ks);
+    put(home, e * size_t(P.kv_elems(r)), vs);
+    if (cfg.backward) put(dO, 0, ds);
+  }
+
+  void randomize() {
+    dispatch_dtype(P.p.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      auto fill = [&](DeviceBuffer& b, int64_t n, uint64_t salt) {
+        random_kernel<T><<<elem_blocks(n), 256, 0, cs>>>(b.as<T>(), n, cfg.seed * 4099 + salt * 131 + uint64_t(r), 0.5f);
+        FL_CUDA(cudaGetLastError());
+      };
+      fill(q, P.q_elems(r), 1);
+      fill(home, 2 * P.kv_elems(r), 2);
+      if (cfg.backward) fill(dO, P.q_elems(r), 3);
+    });
+    FL_CUDA(cudaStreamSynchronize(cs));
+  }
+
+  // ---- NCCL -------------------------------------------------------------------------------------
+  void init_comm(const char id[kUniqueIdBytes]) {
+    if (G == 1) return;  // a ring of one moves nothing
+    ncclUniqueId uid;
+    std::memcpy(&uid, id, sizeof uid);
+    FL_NCCL(ncclCommInitRank(&comm, G, uid, r));
+  }
+  // All ranks start a timed repetition together (the ring would line them up anyway, but then the
+  // first step's wait for the slowest rank would count as compute).
+  void barrier() {
+    if (G == 1) return;
+    FL_NCCL(ncclAllReduce(sync.get(), sync.get(), 1, ncclFloat32, ncclSum, comm, cs));
+    FL_CUDA(cudaStreamSynchronize(cs));
+  }
+
+  // ---- Forward ------------------------------------------------------------------------------------
+  // checked: outputs, partials and workspaces are poisoned with NaN before the launches that write
+  // them (the runner's rule), so a value the ring forgot to write cannot pass the oracle.
+  void forward(bool checked) {
+    const Problem& p = P.p;
+    if (checked) {
+      o.poison(cs);
+      lse.poison(cs);
+      acc.poison(cs);
+      if (G > 1) { travel[0].poison(cs); travel[1].poison(cs); }
+    }
+    FL_CUDA(cudaEventRecord(ev_start, cs));
+    std::vector<bool> seen(size_t(S), false);
+    dispatch_dtype(p.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      for (int s = 0; s < G; ++s) {
+        const int org = P.origin(r, s);
+        char* cur = s == 0 ? home.as<char>() : travel[s % 2].as<char>();
+        if (s < G - 1) {
+          // The receive buffer held step s − 1's K|V: wait until step s − 1's compute is done with it.
+          FL_CUDA(cudaStreamWaitEvent(xs, s == 0 ? ev_start : comp_end[size_t(s - 1)], 0));
+          FL_CUDA(cudaEventRecord(comm_begin[size_t(s)], xs));
+          FL_NCCL(ncclGroupStart());
+          FL_NCCL(ncclSend(cur, 2 * e * size_t(P.kv_elems(org)), ncclUint8, next(), comm, xs));
+          FL_NCCL(ncclRecv(travel[(s + 1) % 2].get(), 2 * e * size_t(P.kv_elems(P.origin(r, s + 1))), ncclUint8,
+                           prev(), comm, xs));
+          FL_NCCL(ncclGroupEnd());
+          FL_CUDA(cudaEventRecord(comm_end[size_t(s)], xs));
+        }
+        if (s >= 1) FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(s - 1)], 0));  // step s's K|V arrived
+        FL_CUDA(cudaEventRecord(comp_begin[size_t(s)], cs));
+        for (const Pair& x : P.pairs(r, s)) {
+          const Problem pp = P.pair_problem(x);
+          const int64_t qo = P.q_slot_offset(r, x.q_slot), lo = P.lse_slot_offset(r, x.q_slot);
+          const bool direct = direct_q[size_t(x.q_slot)];
+          void* out_o = direct ? at(o, qo, e) : o_s.get();
+          float* out_l = direct ? lse.as<float>() + lo : l_s.as<float>();
+          if (checked) {
+            if (!direct) { o_s.poison(cs); l_s.poison(cs); }
+            fws.poison(cs);
+          }
+          ForwardArgs a{at(q, qo, e), kv_at(cur, org, x.k_slot, false), kv_at(cur, org, x.k_slot, true),
+                        out_o, out_l, fws.get(), cs};
+          fs->impl->forward(pp, a);
+          FL_CUDA(cudaGetLastError());
+          if (!direct) {
+            const int64_t rows = pp.B * pp.H * pp.Nq;
+            merge_kernel<T><<<row_blocks(rows), 32 * kRowsPerBlock, 0, cs>>>(
+                acc.as<float>() + qo, lse.as<float>() + lo, o_s.as<T>(), l_s.as<float>(), rows, int(p.d),
+                seen[size_t(x.q_slot)] ? 0 : 1);
+            FL_CUDA(cudaGetLastError());
+            seen[size_t(x.q_slot)] = true;
+          }
+        }
+        FL_CUDA(cudaEventRecord(comp_end[size_t(s)], cs));
+      }
+      for (int i = 0; i < S; ++i) {
+        if (direct_q[size_t(i)]) continue;
+        const int64_t qo = P.q_slot_offset(r, i), lo = P.lse_slot_offset(r, i);
+        const int64_t rows = p.B * p.H * P.len[size_t(P.chunk_of(r, i))];
+        if (seen[size_t(i)]) {
+          finalize_kernel<T><<<row_blocks(rows), 32 * kRowsPerBlock, 0, cs>>>(acc.as<float>() + qo, o.as<T>() + qo,
+                                                                            lse.as<float>() + lo, rows, int(p.d));
+        } else {  // no pair at all (cannot happen with Nq = Nk, kept for the convention): O = 0, L = +∞
+          FL_CUDA(cudaMemsetAsync(at(o, qo, e), 0, e * size_t(rows * p.d), cs));
+          fill_kernel<<<elem_blocks(rows), 256, 0, cs>>>(lse.as<float>() + lo, rows, INFINITY);
+        }
+        FL_CUDA(cudaGetLastError());
+      }
+    });
+    FL_CUDA(cudaEventRecord(ev_end, cs));
+  }
+
+  // ---- Backward -----------------------------------------------------------------------------------
+  // Ring step s: xs moves the K|V of step s + 1 (as in the forward) and the dK|dV sums: the one this
+  // rank finished at step s − 1 (origin r − s + 1) goes to r + 1, the one for origin r − s arrives from
+  // r − 1. cs computes the pairs with the K|V of step s into dkv_local (fp32), then, once the sum for
+  // origin r − s has arrived, adds its share to it. After step G − 1 one more hop brings every sum home.
+  void backward(bool checked) {
+    const Problem& p = P.p;
+    if (checked) {
+      for (DeviceBuffer* b : {&dq, &dk, &dv, &dq_acc, &dkv[0], &dkv[1], &dkv_local}) b->poison(cs);
+      if (G > 1) { travel[0].poison(cs); travel[1].poison(cs); }
+    }
+    FL_CUDA(cudaEventRecord(ev_start, cs));
+    std::vector<bool> seen_q(size_t(S), false);
+    dispatch_dtype(p.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      auto accumulate = [&](float* to, const void* part, int64_t n, bool first) {
+        accumulate_kernel<T><<<elem_blocks(n), 256, 0, cs>>>(to, static_cast<const T*>(part), n, first ? 1 : 0);
+        FL_CUDA(cudaGetLastError());
+      };
+      for (int s = 0; s < G; ++s) {
+        const int org = P.origin(r, s);
+        char* cur = s == 0 ? home.as<char>() : travel[s % 2].as<char>();
+        if (G > 1) {
+          FL_CUDA(cudaStreamWaitEvent(xs, s == 0 ? ev_start : comp_end[size_t(s - 1)], 0));
+          FL_CUDA(cudaEventRecord(comm_begin[size_t(s)], xs));
+          FL_NCCL(ncclGroupStart());
+          if (s < G - 1) {
+            FL_NCCL(ncclSend(cur, 2 * e * size_t(P.kv_elems(org)), ncclUint8, next(), comm, xs));
+            FL_NCCL(ncclRecv(travel[(s + 1) % 2].get(), 2 * e * size_t(P.kv_elems(P.origin(r, s + 1))), ncclUint8,
+                             prev(), comm, xs));
+          }
+          if (s >= 1) {
+            FL_NCCL(ncclSend(dkv[(s - 1) % 2].get(), 2 * size_t(P.kv_elems(P.origin(r, s - 1))), ncclFloat32, next(),
+                             comm, xs));
+            FL_NCCL(ncclRecv(dkv[s % 2].get(), 2 * size_t(P.kv_elems(org)), ncclFloat32, prev(), comm, xs));
+          }
+          FL_NCCL(ncclGroupEnd());
+          FL_CUDA(cudaEventRecord(comm_end[size_t(s)], xs));
+        }
+        if (s >= 1) FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(s - 1)], 0));
+        FL_CUDA(cudaEventRecord(comp_begin[size_t(s)], cs));
+        // Step 0 adds straight into dkv[0] (nothing arrives for it); later steps into dkv_local first,
+        // so that the pairs need not wait for the incoming sum.
+        float* local = s == 0 ? dkv[0].as<float>() : dkv_local.as<float>();
+        const int64_t kv_org = P.kv_elems(org);
+        std::vector<bool> seen_k(size_t(S), false);
+        for (const Pair& x : P.pairs(r, s)) {
+          const Problem pp = P.pair_problem(x);
+          const int64_t qo = P.q_slot_offset(r, x.q_slot), lo = P.lse_slot_offset(r, x.q_slot);
+          const int64_t ko = P.kv_slot_offset(org, x.k_slot);
+          const bool dq_direct = direct_q[size_t(x.q_slot)], dk_direct = direct_k[size_t(x.k_slot)];
+          // dk_direct only when G = 1, where org = r and ko is also the offset in this rank's dK, dV.
+          void* dq_t = dq_direct ? at(dq, qo, e) : dq_s.get();
+          void* dk_t = dk_direct ? at(dk, ko, e) : dk_s.get();
+          void* dv_t = dk_direct ? at(dv, ko, e) : dv_s.get();
+          if (checked) {
+            if (!dq_direct) dq_s.poison(cs);
+            if (!dk_direct) { dk_s.poison(cs); dv_s.poison(cs); }
+            bws.poison(cs);
+          }
+          BackwardArgs a{at(q, qo, e), kv_at(cur, org, x.k_slot, false), kv_at(cur, org, x.k_slot, true),
+                         at(o, qo, e), lse.as<float>() + lo, at(dO, qo, e), dq_t, dk_t, dv_t, bws.get(), cs};
+          bs->impl->backward(pp, a);
+          FL_CUDA(cudaGetLastError());
+          if (!dq_direct) {
+            accumulate(dq_acc.as<float>() + qo, dq_s.get(), pp.q_elems(), !seen_q[size_t(x.q_slot)]);
+            seen_q[size_t(x.q_slot)] = true;
+          }
+          if (!dk_direct) {
+            const bool first = !seen_k[size_t(x.k_slot)];
+            accumulate(local + ko, dk_s.get(), pp.kv_elems(), first);
+            accumulate(local + kv_org + ko, dv_s.get(), pp.kv_elems(), first);
+            seen_k[size_t(x.k_slot)] = true;
+          }
+        }
+        for (int j = 0; j < S; ++j) {
+          if (direct_k[size_t(j)]) continue;
+          const int64_t ko = P.kv_slot_offset(org, j);
+          const int64_t n = p.B * p.H_kv * P.len[size_t(P.chunk_of(org, j))] * p.d;
+          if (s == 0 && !seen_k[size_t(j)]) {  // no pair for this key slot here: its sum starts at 0
+            FL_CUDA(cudaMemsetAsync(local + ko, 0, 4 * size_t(n), cs));
+            FL_CUDA(cudaMemsetAsync(local + kv_org + ko, 0, 4 * size_t(n), cs));
+          }
+        }
+        if (s >= 1) {
+          FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(s)], 0));  // the sum for origin r − s arrived
+          for (int j = 0; j < S; ++j) {
+            if (!seen_k[size_t(j)]) continue;  // nothing of ours: the sum passes on as it came
+            const int64_t ko = P.kv_slot_offset(org, j);
+            const int64_t n = p.B * p.H_kv * P.len[size_t(P.chunk_of(org, j))] * p.d;
+            for (int64_t off : {ko, kv_org + ko}) {
+              add_kernel<<<elem_blocks(n), 256, 0, cs>>>(dkv[s % 2].as<float>() + off, dkv_local.as<float>() + off, n);
+              FL_CUDA(cudaGetLastError());
+            }
+          }
+        }
+        FL_CUDA(cudaEventRecord(comp_end[size_t(s)], cs));
+      }
+      // The last hop: the sum finished at step G − 1 (origin r + 1) goes to its owner; ours arrives.
+      const DeviceBuffer* mine = &dkv[0];
+      if (G > 1) {
+        FL_CUDA(cudaStreamWaitEvent(xs, comp_end[size_t(G - 1)], 0));
+        FL_CUDA(cudaEventRecord(comm_begin[size_t(G)], xs));
+        FL_NCCL(ncclGroupStart());
+        FL_NCCL(ncclSend(dkv[(G - 1) % 2].get(), 2 * size_t(P.kv_elems(P.origin(r, G - 1))), ncclFloat32, next(), comm, xs));
+        FL_NCCL(ncclRecv(dkv[G % 2].get(), 2 * size_t(P.kv_elems(r)), ncclFloat32, prev(), comm, xs));
+        FL_NCCL(ncclGroupEnd());
+        FL_CUDA(cudaEventRecord(comm_end[size_t(G)], xs));
+        FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(G)], 0));
+        mine = &dkv[G % 2];
+      }
+      const int64_t kn = P.kv_elems(r);
+      for (int j = 0; j < S; ++j) {
+        if (direct_k[size_t(j)]) continue;
+        const int64_t ko = P.kv_slot_offset(r, j);
+        const int64_t n = p.B * p.H_kv * P.len[size_t(P.chunk_of(r, j))] * p.d;
+        convert_kernel<T><<<elem_blocks(n), 256, 0, cs>>>(mine->as<float>() + ko, dk.as<T>() + ko, n);
+        FL_CUDA(cudaGetLastError());
+        convert_kernel<T><<<elem_blocks(n), 256, 0, cs>>>(mine->as<float>() + kn + ko, dv.as<T>() + ko, n);
+        FL_CUDA(cudaGetLastError());
+      }
+      for (int i = 0; i < S; ++i) {
+        if (direct_q[size_t(i)]) continue;
+        const int64_t qo = P.q_slot_offset(r, i);
+        const int64_t n = p.B * p.H * P.len[size_t(P.chunk_of(r, i))] * p.d;
+        if (seen_q[size_t(i)]) {
+          convert_kernel<T><<<elem_blocks(n), 256, 0, cs>>>(dq_acc.as<float>() + qo, dq.as<T>() + qo, n);
+          FL_CUDA(cudaGetLastError());
+        } else {
+          FL_CUDA(cudaMemsetAsync(at(dq, qo, e), 0, e * size_t(n), cs));
+        }
+      }
+    });
+    FL_CUDA(cudaEventRecord(ev_end, cs));
+  }
+
+  // ---- Outputs back to the launcher ---------------------------------------------------------------
+  std::vector<float> download(const DeviceBuffer& b, int64_t elem_off, int64_t n, DType t) const {
+    std::vector<uint8_t> bytes(size_t(n) * size_t(dtype_bytes(t)));
+    FL_CUDA(cudaMemcpy(bytes.data(), b.as<char>() + size_t(elem_off) * size_t(dtype_bytes(t)), bytes.size(),
+                       cudaMemcpyDeviceToHost));
+    return unpack(t, bytes.data(), n);
+  }
+  void write_out(SharedOutputs out, bool backward) const {
+    const Problem& p = P.p;
+    for (int i = 0; i < S; ++i) {
+      const int c = P.chunk_of(r, i);
+      const int64_t n = P.len[size_t(c)];
+      const int64_t qo = P.q_slot_offset(r, i), lo = P.lse_slot_offset(r, i), ko = P.kv_slot_offset(r, i);
+      scatter(download(o, qo, p.B * p.H * n * p.d, p.dtype), p.H, c, out.o);
+      scatter(download(lse, lo, p.B * p.H * n, DType::f32), -1, c, out.lse);
+      if (backward) {
+        scatter(download(dq, qo, p.B * p.H * n * p.d, p.dtype), p.H, c, out.dq);
+        scatter(download(dk, ko, p.B * p.H_kv * n * p.d, p.dtype), p.H_kv, c, out.dk);
+        scatter(download(dv, ko, p.B * p.H_kv * n * p.d, p.dtype), p.H_kv, c, out.dv);
+      }
+    }
+  }
+
+  // --bitwise-local (G = 1, contiguous: one slot holding the whole problem in its own layout): the
+  // local steps run on the whole problem as the runner runs them, compared bit for bit.
+  void bitwise_local(RankReport* rep) {
+    const Problem& p = P.p;
+    DeviceBuffer ro, rl, ws, rdq, rdk, rdv, rbws;
+    alloc(ro, e * p.q_elems(), "the local step's O");
+    alloc(rl, 4 * p.lse_elems(), "the local step's L");
+    alloc(ws, fs->impl->workspace_bytes(p), "the local step's workspace");
+    ro.poison(cs);
+    rl.poison(cs);
+    ws.poison(cs);
+    fs->impl->forward(p, ForwardArgs{q.get(), home.get(), at(home, p.kv_elems(), e), ro.get(), rl.as<float>(), ws.get(), cs});
+    FL_CUDA(cudaGetLastError());
+    std::vector<std::pair<const DeviceBuffer*, const DeviceBuffer*>> cmp = {{&o, &ro}, {&lse, &rl}};
+    std::vector<const char*> names = {"O", "L"};
+    if (cfg.backward) {
+      alloc(rdq, e * p.q_elems(), "the local step's dQ");
+      alloc(rdk, e * p.kv_elems(), "the local step's dK");
+      alloc(rdv, e * p.kv_elems(), "the local step's dV");
+      alloc(rbws, bs->impl->backward_workspace_bytes(p), "the local step's backward workspace");
+      for (DeviceBuffer* b : {&rdq, &rdk, &rdv, &rbws}) b->poison(cs);
+      bs->impl->backward(p, BackwardArgs{q.get(), home.get(), at(home, p.kv_elems(), e), ro.get(), rl.as<float>(),
+                                         dO.get(), rdq.get(), rdk.get(), rdv.get(), rbws.get(), cs});
+      FL_CUDA(cudaGetLastError());
+      cmp.insert(cmp.end(), {{&dq, &rdq}, {&dk, &rdk}, {&dv, &rdv}});
+      names.insert(names.end(), {"dQ", "dK", "dV"});
+    }
+    FL_CUDA(cudaStreamSynchronize(cs));
+    std::string note;
+    bool equal = true;
+    for (size_t k = 0; k < cmp.size(); ++k) {
+      const size_t bytes = cmp[k].second->bytes();
+      std::vector<uint8_t> a(bytes), b(bytes);
+      FL_CUDA(cudaMemcpy(a.data(), cmp[k].first->get(), bytes, cudaMemcpyDeviceToHost));
+      FL_CUDA(cudaMemcpy(b.data(), cmp[k].second->get(), bytes, cudaMemcpyDeviceToHost));
+      if (a != b) {
+        size_t at_byte = 0;
+        while (a[at_byte] == b[at_byte]) ++at_byte;
+        equal = false;
+        note += std::string(note.empty() ? "" : "; ") + names[k] + " differs (first at byte " + std::to_string(at_byte) + ")";
+      } else {
+        note += std::string(note.empty() ? "" : ", ") + names[k] + " equal";
+      }
+    }
+    rep->bitwise = equal ? 1 : 0;
+    std::snprintf(rep->bitwise_note, sizeof rep->bitwise_note, "%s", note.c_str());
+  }
+
+  // ---- Timing ------------------------------------------------------------------------------------
+  void time(bool backward, Timing* rep) {
+    const int steps = backward && G > 1 ? G + 1 : G;
+    std::vector<double> total, busy;
+    std::vector<std::vector<double>> comp(static_cast<size_t>(steps)), xfer(static_cast<size_t>(steps));
+    for (int it = 0; it < cfg.warmup + cfg.reps; ++it) {
+      barrier();
+      backward ? this->backward(false) : forward(false);
+      FL_CUDA(cudaEventSynchronize(ev_end));
+      FL_CUDA(cudaStreamSynchronize(xs));
+      if (it < cfg.warmup) continue;
+      float t = 0;
+      FL_CUDA(cudaEventElapsedTime(&t, ev_start, ev_end));
+      total.push_back(t);
+      double b = 0;
+      for (int s = 0; s < steps; ++s) {
+        if (s < G) {
+          FL_CUDA(cudaEventElapsedTime(&t, comp_begin[size_t(s)], comp_end[size_t(s)]));
+          comp[size_t(s)].push_back(t);
+          b += t;
+        }
+        const bool moved = G > 1 && (backward || s < G - 1);
+        if (moved) {
+          FL_CUDA(cudaEventElapsedTime(&t, comm_begin[size_t(s)], comm_end[size_t(s)]));
+          xfer[size_t(s)].push_back(t);
+        }
+      }
+      busy.push_back(b);
+    }
+    auto median = [](std::vector<double> v) {
+      if (v.empty()) return 0.0;
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    if (total.empty()) return;
+    std::vector<double> sorted = total;
+    std::sort(sorted.begin(), sorted.end());
+    rep->reps = int(total.size());
+    rep->total_median = sorted[sorted.size() / 2];
+    rep->total_min = sorted.front();
+    rep->total_p90 = sorted[std::min(sorted.size() - 1, size_t(std::ceil(0.9 * double(sorted.size()))) - 1)];
+    rep->busy_median = median(busy);
+    rep->steps = steps;
+    for (int s = 0; s < steps; ++s) {
+      rep->compute_ms[s] = median(comp[size_t(s)]);
+      rep->transfer_ms[s] = median(xfer[size_t(s)]);
+      rep->pairs[s] = s < G ? int(P.pairs(r, s).size()) : 0;
+    }
+  }
+};
+
+}  // namespace
+
+void make_unique_id(char id[kUniqueIdBytes]) {
+  ncclUniqueId uid;
+  FL_NCCL(ncclGetUniqueId(&uid));
+  std::memcpy(id, &uid, sizeof uid);
+}
+
+int device_count(std::string* why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (why) *why = std::string("no usable CUDA device: ") + cudaGetErrorString(e);
+    return 0;
+  }
+  if (n == 0 && why) *why = "no CUDA device on this machine";
+  return n;
+}
+
+void run_rank(const RankConfig& cfg, int rank, const char id[kUniqueIdBytes], const Inputs* in, SharedOutputs out,
+              RankReport* rep) {
+  const std::string who = "rank " + std::to_string(rank) + ": ";
+  FL_CUDA(cudaSetDevice(rank));
+  Rank R(cfg, rank);
+  try {
+    cudaDeviceProp prop{};
+    FL_CUDA(cudaGetDeviceProperties(&prop, rank));
+    std::snprintf(rep->device, sizeof rep->device, "%s", prop.name);
+    rep->sm_count = prop.multiProcessorCount;
+    int rt = 0, drv = 0;
+    FL_CUDA(cudaRuntimeGetVersion(&rt));
+    FL_CUDA(cudaDriverGetVersion(&drv));
+    std::snprintf(rep->cuda, sizeof rep->cuda, "%d.%d", rt / 1000, rt % 1000 / 10);
+    std::snprintf(rep->driver, sizeof rep->driver, "%d.%d", drv / 1000, drv % 1000 / 10);
+    R.setup();
+    std::snprintf(rep->fwd_step, sizeof rep->fwd_step, "%s", R.fs->folder.c_str());
+    if (R.bs) std::snprintf(rep->bwd_step, sizeof rep->bwd_step, "%s", R.bs->folder.c_str());
+    R.init_comm(id);
+    if (in && cfg.check) R.upload(*in);
+    else R.randomize();
+    if (cfg.check) {
+      R.barrier();
+      R.forward(true);
+      if (cfg.backward) R.backward(true);
+      FL_CUDA(cudaStreamSynchronize(R.cs));
+      FL_CUDA(cudaStreamSynchronize(R.xs));
+      R.write_out(out, cfg.backward);
+      if (cfg.bitwise_local) R.bitwise_local(rep);
+    } else if (cfg.backward) {
+      R.forward(false);  // the backward's O and L
+      FL_CUDA(cudaStreamSynchronize(R.cs));
+    }
+    if (cfg.reps > 0) {
+      R.time(false, &rep->fwd);
+      if (cfg.backward) R.time(true, &rep->bwd);  // on the O, L of the last timed forward
+    }
+    FL_CUDA(cudaDeviceSynchronize());
+  } catch (const std::exception& e) {
+    // Abort, not destroy: the peers may be inside an NCCL call that waits for this rank; aborting
+    // makes theirs fail (and the launcher ends them if they still wait).
+    if (R.comm) ncclCommAbort(R.comm);
+    R.comm = nullptr;
+    throw Error(who + e.what());
+  }
+  if (R.comm) FL_NCCL(ncclCommDestroy(R.comm));
+  R.comm = nullptr;
+  rep->ok = 1;
+}
+
+}  // namespace fl::ring
