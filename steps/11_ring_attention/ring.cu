@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -717,6 +718,10 @@ void run_rank(const RankConfig& cfg, int rank, const char id[kUniqueIdBytes], co
     std::snprintf(rep->fwd_step, sizeof rep->fwd_step, "%s", R.fs->folder.c_str());
     if (R.bs) std::snprintf(rep->bwd_step, sizeof rep->bwd_step, "%s", R.bs->folder.c_str());
     R.init_comm(id);
+    // A test hook (tests/ring_tests.cmake): this rank fails after the communicator is up, while its
+    // peers go on into NCCL calls that wait for it; the launcher must end them and name this rank.
+    if (const char* f = std::getenv("FLASHLADDER_RING_FAIL_RANK"); f && *f && std::atoi(f) == rank)
+      throw Error("failure injected by FLASHLADDER_RING_FAIL_RANK=" + std::string(f));
     if (in && cfg.check) R.upload(*in);
     else R.randomize();
     if (cfg.check) {
