@@ -38,7 +38,7 @@ struct RankReport {
   char cuda[16] = {}, driver[16] = {};
   char fwd_step[64] = {}, bwd_step[64] = {};  // the ladder steps used locally
   int bitwise = -1;            // --bitwise-local: 1 equal, 0 not (G = 1 only), -1 not asked
-  char bitwise_note[512] = {};
+  char bitwise_note[1024] = {};
   Timing fwd, bwd;             // the forward, and (with --backward) the backward on the forward's O, L
 };
 
