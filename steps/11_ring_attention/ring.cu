@@ -629,8 +629,10 @@ struct Rank {
     }
     std::string note;
     bool equal = true;
-    for (const auto& [name, v] : cmp) {
-      const auto& [ring, local] = v;
+    for (const auto& entry : cmp) {
+      const std::string& name = entry.first;
+      const std::vector<uint8_t>& ring = entry.second.first;
+      const std::vector<std::vector<uint8_t>>& local = entry.second.second;
       const bool match = std::find(local.begin(), local.end(), ring) != local.end();
       const bool reproducible = std::all_of(local.begin(), local.end(), [&](const auto& x) { return x == local[0]; });
       std::string what;
