@@ -271,7 +271,7 @@ std::string launch(const ring::RankConfig& cfg, const Inputs* in, ring::SharedOu
       const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0 && reports[r].ok;
       if (ok) continue;
       std::string what = WIFSIGNALED(st) ? "was killed by signal " + std::to_string(WTERMSIG(st)) +
-                                               (ending ? " (ended by the launcher after another rank failed)" : "")
+                                               (ending ? " (ended by the launcher)" : "")
                                          : "exited with status " + std::to_string(WIFEXITED(st) ? WEXITSTATUS(st) : -1);
       if (reports[r].error[0]) what += ": " + std::string(reports[r].error);
       failures += "\n  rank " + std::to_string(r) + " " + what;
@@ -364,15 +364,20 @@ int run_ring(const RingOptions& o) {
   std::cout << "flashladder ring: " << p.describe() << ", " << o.gpus << " GPU" << (o.gpus > 1 ? "s" : "") << ", "
             << ring::layout_name(layout) << " layout (" << plan.chunks << " chunks of " << plan.len.back() << "–"
             << plan.len.front() << " positions), check " << check << "\n";
-  std::cout << "causal work per rank and step (units of B·H·d·4 FLOPs; the sum per rank is what balances):\n";
+  // The work each rank does at each ring step, as a fraction of the whole problem's (a diagonal pair
+  // counts half): what the layout balances, or does not.
+  double whole = 0;
+  for (int r = 0; r < plan.G; ++r)
+    for (int s = 0; s < plan.G; ++s) whole += plan.work(r, s);
+  std::cout << "work per rank at each ring step, as a fraction of the whole problem's:\n";
   for (int r = 0; r < plan.G; ++r) {
     double tot = 0;
     std::cout << "  rank " << r << ":";
     for (int s = 0; s < plan.G; ++s) {
       tot += plan.work(r, s);
-      std::cout << " " << std::setprecision(4) << plan.work(r, s);
+      std::cout << " " << fmt(plan.work(r, s) / whole, 3);
     }
-    std::cout << "  total " << std::setprecision(6) << tot << "\n";
+    std::cout << "   total " << fmt(tot / whole, 3) << "\n";
   }
 
   Inputs in;

@@ -1,6 +1,33 @@
 # Step 11 (ring attention across GPUs on NCCL): `flashladder ring` checks itself against the fp64
 # oracle (the full one up to N = 4096, sampled rows beyond), so each test is one run of it, judged by
 # ring_run.cmake. The plan (which pairs, which chunks) has CPU tests in test_ring_plan.cpp.
+
+# The launcher over fake CPU ranks (ring_fake_rank.cpp): built everywhere, GPU or not, NCCL or not, so
+# that what happens around the ranks (ids through pipes, outputs through shared memory, a failed or hung
+# rank ended and named, a missing row caught by the check) is tested in CI.
+add_executable(flashladder_ring_launcher ring_launcher_main.cpp ring_fake_rank.cpp ${PROJECT_SOURCE_DIR}/app/ring_cmd.cpp
+               sampled_reference.cpp)
+target_link_libraries(flashladder_ring_launcher PRIVATE flashladder_core CLI11::CLI11)
+target_compile_definitions(flashladder_ring_launcher PRIVATE FLASHLADDER_HAVE_NCCL)  # the launcher's path; no NCCL is called
+target_compile_options(flashladder_ring_launcher PRIVATE $<$<BOOL:${FLASHLADDER_NATIVE}>:-march=native>)
+# fl_ring_launcher_test(name exit-status regex [ENV VAR=value …] ARGS ring-arguments …)
+function(fl_ring_launcher_test name rc expect)
+  cmake_parse_arguments(T "" "" "ENV;ARGS" ${ARGN})
+  add_test(NAME ring_launcher.${name} COMMAND ${CMAKE_COMMAND} -E env ${T_ENV} FAKE_RING_GPUS=2
+           ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:flashladder_ring_launcher> "-DARGS=ring;${T_ARGS}"
+           -DEXPECT_RC=${rc} "-DEXPECT=${expect}" -DNO_SKIP=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/ring_run.cmake)
+  set_tests_properties(ring_launcher.${name} PROPERTIES TIMEOUT 120)
+endfunction()
+fl_ring_launcher_test(pass_zigzag_bwd 0 "" ARGS --gpus;2;--causal;--backward;-B;2;-H;6;--heads-kv;2;-N;201;-d;64;--reps;1)
+fl_ring_launcher_test(pass_sampled 0 "" ARGS --gpus;2;--layout;contiguous;--backward;-B;1;-H;2;--heads-kv;1;-N;5000;-d;64;--check;sampled;--check-kv-heads;1;--reps;1)
+fl_ring_launcher_test(failed_rank_ends_the_hung_one 2 "rank 1 exited with status 1: rank 1: failure injected.*rank 0 was killed by signal 15 \\(ended by the launcher\\)"
+  ENV FLASHLADDER_RING_FAIL_RANK=1 FAKE_RING_HANG_RANK=0 ARGS --gpus;2;-N;64;-H;2;-d;64;--timeout;100)
+fl_ring_launcher_test(timeout_ends_a_hung_rank 2 "the run passed --timeout 2 s; ranks still running: 1"
+  ENV FAKE_RING_HANG_RANK=1 ARGS --gpus;2;-N;64;-H;2;-d;64;--timeout;2)
+fl_ring_launcher_test(unwritten_row_fails 1 "O: FAIL .*first \\(0, 0, 64, 0\\) step=nan"
+  ENV FAKE_RING_NAN_RANK=1 ARGS --gpus;2;--layout;contiguous;-B;1;-H;2;-N;128;-d;64;--reps;0)
+fl_ring_launcher_test(too_few_gpus 2 "needs 3 GPUs; this machine has 2" ARGS --gpus;3;-N;64)
+
 if(NOT FLASHLADDER_HAVE_NCCL)
   add_test(NAME ring.not_built COMMAND ${CMAKE_COMMAND} -E echo "GPU test skipped: step 11 is not in this build: ${FLASHLADDER_NCCL_WHY}")
   set_tests_properties(ring.not_built PROPERTIES SKIP_REGULAR_EXPRESSION "GPU test skipped")
