@@ -270,7 +270,12 @@ struct Rank {
     alloc(sync, 4, "the barrier's float");
     FL_CUDA(cudaMemset(sync.get(), 0, 4));
     FL_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
-    FL_CUDA(cudaStreamCreateWithFlags(&xs, cudaStreamNonBlocking));
+    // The transfer stream at the highest priority: the attention kernels launch more thread blocks than
+    // the GPU holds at once, and NCCL's send/recv blocks should take the next free SMs rather than wait
+    // behind the rest of a 1000-block grid (the transfer would then start late and not hide).
+    int least = 0, greatest = 0;
+    FL_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    FL_CUDA(cudaStreamCreateWithPriority(&xs, cudaStreamNonBlocking, greatest));
     for (auto* v : {&comp_begin, &comp_end, &comm_begin, &comm_end}) {
       v->assign(size_t(G + 1), nullptr);
       for (cudaEvent_t& ev : *v) FL_CUDA(cudaEventCreate(&ev));
