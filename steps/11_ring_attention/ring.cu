@@ -55,59 +55,67 @@ constexpr int kRowsPerBlock = 8;  // warp-per-row kernels: 8 warps of 256 thread
 unsigned row_blocks(int64_t rows) { return unsigned(std::clamp<int64_t>(ceil_div<int64_t>(rows, kRowsPerBlock), 1, 1 << 16)); }
 unsigned elem_blocks(int64_t n) { return unsigned(std::clamp<int64_t>(ceil_div<int64_t>(n, 256), 1, 1 << 16)); }
 
-// One warp per row of a query slot: acc [rows][d] fp32 (the running O, normalised), L [rows] fp32 (the
-// running L, −∞ while the row has seen no key), O_s [rows][d] and L_s [rows] the partial of one pair.
-// first: the slot's first pair, which is copied (the running state may hold NaN poison).
+// One warp per row of a query slot. Merges into the running state (acc [rows][d] fp32, normalised; L
+// [rows] fp32, −∞ while the row has seen no key) one or two partials (O_1, L_1), (O_2, L_2) of pairs
+// ([rows][d] storage type, [rows] fp32). has_acc = 0: there is no running state yet (it may hold NaN
+// poison and is not read). last = 1: the result goes, rounded once, to the output O (storage type) and
+// L in the ladder's convention, instead of back into acc. Two partials at a time halve the passes over
+// the fp32 state (a merge is a memory-bound pass; at N = 32768 on 2 GPUs one pass costs ~1% of a
+// rank's forward).
 template <class T>
-__global__ void merge_kernel(float* __restrict__ acc, float* __restrict__ L, const T* __restrict__ O_s,
-                             const float* __restrict__ L_s, int64_t rows, int d, int first) {
+__global__ void merge_kernel(float* __restrict__ acc, float* __restrict__ L, const T* __restrict__ O_1,
+                             const float* __restrict__ L_1, const T* __restrict__ O_2, const float* __restrict__ L_2,
+                             T* __restrict__ O, int64_t rows, int d, int has_acc, int last) {
   const int lane = threadIdx.x % 32;
+  // The steps write L = +∞ for a row that saw no key (so that the backward's exp(S − L) is 0). In a
+  // sum of exponentials such a partial contributes nothing, which is logsumexp −∞: read it so here,
+  // and give +∞ back in the output.
+  auto lse_of = [](float l) { return l == INFINITY ? -INFINITY : l; };
   for (int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32; row < rows;
        row += int64_t(gridDim.x) * kRowsPerBlock) {
+    const float la = has_acc ? L[row] : -INFINITY;
+    const float l1 = lse_of(L_1[row]), l2 = O_2 ? lse_of(L_2[row]) : -INFINITY;
+    const float m = fmaxf(la, fmaxf(l1, l2));
+    __syncwarp();  // every lane has read L[row] before lane 0 writes it below
     float* a = acc + row * d;
-    const T* o = O_s + row * d;
-    // The steps write L = +∞ for a row that saw no key (so that the backward's exp(S − L) is 0). In a
-    // sum of exponentials such a partial contributes nothing, which is logsumexp −∞: use that here,
-    // and give +∞ back at the end (finalize_kernel).
-    const float ls = L_s[row] == INFINITY ? -INFINITY : L_s[row];
-    if (first) {
-      for (int c = lane; c < d; c += 32) a[c] = to_float(o[c]);
-      if (lane == 0) L[row] = ls;
+    const T* o1 = O_1 + row * d;
+    const T* o2 = O_2 ? O_2 + row * d : nullptr;
+    if (m == -INFINITY) {  // no part saw a key: O = 0; L = −∞ while running, +∞ in the output
+      for (int c = lane; c < d; c += 32) {
+        if (last) O[row * d + c] = from_float<T>(0.f);
+        else a[c] = 0.f;
+      }
+      if (lane == 0) L[row] = last ? INFINITY : -INFINITY;
       continue;
     }
-    const float la = L[row];
-    const float m = fmaxf(la, ls);
-    __syncwarp();  // every lane has read L[row] before lane 0 may write it below
-    if (m == -INFINITY) continue;  // neither part saw a key: the running row stays as it is (O = 0)
-    const float wa = expf(la - m), ws = expf(ls - m), sum = wa + ws;  // both ≤ 1, one of them = 1
-    const float ca = wa / sum, cs = ws / sum;                          // e^{L−L'} and e^{L_s−L'}
-    for (int c = lane; c < d; c += 32) a[c] = ca * a[c] + cs * to_float(o[c]);
+    // L' = m + log Σ_k e^{L_k − m};  O' = Σ_k e^{L_k − L'} O_k
+    const float wa = has_acc ? expf(la - m) : 0.f, w1 = expf(l1 - m), w2 = o2 ? expf(l2 - m) : 0.f;
+    const float sum = wa + w1 + w2, inv = 1.f / sum;
+    for (int c = lane; c < d; c += 32) {
+      float v = w1 * to_float(o1[c]);
+      if (o2) v += w2 * to_float(o2[c]);
+      if (has_acc) v += wa * a[c];
+      v *= inv;
+      if (last) O[row * d + c] = from_float<T>(v);
+      else a[c] = v;
+    }
     if (lane == 0) L[row] = m + logf(sum);
   }
 }
 
-// The running state into the outputs: O rounded once to the storage type; L = −∞ back to +∞.
+// acc (fp32) [+]= part_1 + part_2: one or two pairs' dQ, dK or dV (storage type) into an fp32 sum; with
+// out set, the sum goes, rounded once, to out (storage type) instead of back into acc (then acc may be
+// null when has_acc = 0). part_2 may be null.
 template <class T>
-__global__ void finalize_kernel(const float* __restrict__ acc, T* __restrict__ O, float* __restrict__ L,
-                                int64_t rows, int d) {
-  const int lane = threadIdx.x % 32;
-  for (int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32; row < rows;
-       row += int64_t(gridDim.x) * kRowsPerBlock) {
-    for (int c = lane; c < d; c += 32) O[row * d + c] = from_float<T>(acc[row * d + c]);
-    if (lane == 0 && L[row] == -INFINITY) L[row] = INFINITY;
+__global__ void sum_kernel(float* __restrict__ acc, const T* __restrict__ part_1, const T* __restrict__ part_2,
+                           T* __restrict__ out, int64_t n, int has_acc) {
+  for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
+    float v = to_float(part_1[x]);
+    if (part_2) v += to_float(part_2[x]);
+    if (has_acc) v += acc[x];
+    if (out) out[x] = from_float<T>(v);
+    else acc[x] = v;
   }
-}
-
-// acc (fp32) = part, or acc + part: a pair's dQ, dK or dV (storage type) into an fp32 sum.
-template <class T>
-__global__ void accumulate_kernel(float* __restrict__ acc, const T* __restrict__ part, int64_t n, int first) {
-  for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x)
-    acc[x] = first ? to_float(part[x]) : acc[x] + to_float(part[x]);
-}
-
-__global__ void add_kernel(float* __restrict__ acc, const float* __restrict__ x, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    acc[i] += x[i];
 }
 
 template <class T>
@@ -178,12 +186,14 @@ struct Rank {
   ncclComm_t comm = nullptr;
   int64_t max_kv = 0;  // the largest share of K over ranks (travel buffers are sized for it)
   std::vector<bool> direct_q, direct_k;  // a slot with exactly one pair in the whole ring is written by the step itself
+  std::vector<int> pairs_q;              // pairs of each query slot over the whole ring
   // Forward: Q slots; home K|V (this rank's own, never overwritten); travel K|V ×2; O, L; the running
-  // O in fp32; one pair's partial (O_s, L_s); the step's workspace.
-  DeviceBuffer q, home, travel[2], o, lse, acc, o_s, l_s, fws;
-  // Backward: dO; dQ, dK, dV; dQ's fp32 sum; dK|dV fp32 sums travelling the ring ×2 and this step's
-  // local share; one pair's partial dQ_s, dK_s, dV_s; the step's workspace; a float for the barrier.
-  DeviceBuffer dO, dq, dk, dv, dq_acc, dkv[2], dkv_local, dq_s, dk_s, dv_s, bws, sync;
+  // O in fp32; per query slot two pairs' partials (O_s, L_s) waiting to be merged; the step's workspace.
+  DeviceBuffer q, home, travel[2], o, lse, acc, po[2][2], pl[2][2], fws;
+  // Backward: dO; dQ, dK, dV; dQ's fp32 sum; dK|dV fp32 sums travelling the ring ×2; per query slot
+  // two pairs' dQ_s and per key slot two pairs' dK_s, dV_s waiting to be summed; the step's workspace;
+  // a float for the barrier.
+  DeviceBuffer dO, dq, dk, dv, dq_acc, dkv[2], pq[2][2], pk[2][2], pv[2][2], bws, sync;
   std::vector<cudaEvent_t> comp_begin, comp_end, comm_begin, comm_end;
   cudaEvent_t ev_start = nullptr, ev_end = nullptr;
 
@@ -220,7 +230,8 @@ struct Rank {
     for (int k = 0; k < G; ++k) max_kv = std::max(max_kv, P.kv_elems(k));
     // Every pair problem this rank will run: the steps' refusals are checked on all of them first.
     std::vector<Problem> probs;
-    std::vector<int> pairs_q(size_t(S), 0), pairs_k(size_t(S), 0);
+    pairs_q.assign(size_t(S), 0);
+    std::vector<int> pairs_k(size_t(S), 0);
     for (int s = 0; s < G; ++s)
       for (const Pair& x : P.pairs(r, s)) {
         probs.push_back(P.pair_problem(x));
@@ -250,8 +261,11 @@ struct Rank {
     alloc(o, e * qn, "O");
     alloc(lse, 4 * ln, "L");
     alloc(acc, 4 * qn, "the running O (fp32)");
-    alloc(o_s, e * chunk_q, "a pair's O_s");
-    alloc(l_s, 4 * chunk_l, "a pair's L_s");
+    for (int i = 0; i < S; ++i)
+      for (int k = 0; k < 2; ++k) {
+        alloc(po[i][k], e * chunk_q, "a pair's O_s");
+        alloc(pl[i][k], 4 * chunk_l, "a pair's L_s");
+      }
     alloc(fws, fw, "the forward step's workspace");
     if (cfg.backward) {
       alloc(dO, e * qn, "dO");
@@ -261,10 +275,12 @@ struct Rank {
       alloc(dq_acc, 4 * qn, "dQ's fp32 sum");
       alloc(dkv[0], 8 * max_kv, "the first travelling dK|dV (fp32)");
       alloc(dkv[1], 8 * max_kv, "the second travelling dK|dV (fp32)");
-      alloc(dkv_local, 8 * max_kv, "this step's dK|dV (fp32)");
-      alloc(dq_s, e * chunk_q, "a pair's dQ_s");
-      alloc(dk_s, e * chunk_k, "a pair's dK_s");
-      alloc(dv_s, e * chunk_k, "a pair's dV_s");
+      for (int i = 0; i < S; ++i)
+        for (int k = 0; k < 2; ++k) {
+          alloc(pq[i][k], e * chunk_q, "a pair's dQ_s");
+          alloc(pk[i][k], e * chunk_k, "a pair's dK_s");
+          alloc(pv[i][k], e * chunk_k, "a pair's dV_s");
+        }
       alloc(bws, bw, "the backward step's workspace");
     }
     alloc(sync, 4, "the barrier's float");
@@ -358,6 +374,11 @@ struct Rank {
   // ---- Forward ------------------------------------------------------------------------------------
   // checked: outputs, partials and workspaces are poisoned with NaN before the launches that write
   // them (the runner's rule), so a value the ring forgot to write cannot pass the oracle.
+  //
+  // A query slot with one pair in the whole ring (a ring of one; rank 0 of a causal contiguous ring)
+  // is written by the step straight into O and L. Otherwise each pair's partial goes to one of the
+  // slot's two partial buffers, and a merge folds them in two at a time (or one, at the slot's last
+  // pair); the slot's last merge writes O and L.
   void forward(bool checked) {
     const Problem& p = P.p;
     if (checked) {
@@ -367,9 +388,22 @@ struct Rank {
       if (G > 1) { travel[0].poison(cs); travel[1].poison(cs); }
     }
     FL_CUDA(cudaEventRecord(ev_start, cs));
-    std::vector<bool> seen(size_t(S), false);
+    std::vector<int> pending(size_t(S), 0), left(pairs_q);  // partials waiting; pairs still to come
+    std::vector<bool> has_acc(size_t(S), false);
     dispatch_dtype(p.dtype, [&](auto tag) {
       using T = decltype(tag);
+      auto merge = [&](int i) {
+        const int64_t qo = P.q_slot_offset(r, i), lo = P.lse_slot_offset(r, i);
+        const int64_t rows = p.B * p.H * P.len[size_t(P.chunk_of(r, i))];
+        const bool last = left[size_t(i)] == 0, two = pending[size_t(i)] == 2;
+        merge_kernel<T><<<row_blocks(rows), 32 * kRowsPerBlock, 0, cs>>>(
+            acc.as<float>() + qo, lse.as<float>() + lo, po[i][0].as<T>(), pl[i][0].as<float>(),
+            two ? po[i][1].as<T>() : nullptr, two ? pl[i][1].as<float>() : nullptr, o.as<T>() + qo, rows, int(p.d),
+            has_acc[size_t(i)] ? 1 : 0, last ? 1 : 0);
+        FL_CUDA(cudaGetLastError());
+        has_acc[size_t(i)] = !last;
+        pending[size_t(i)] = 0;
+      };
       for (int s = 0; s < G; ++s) {
         const int org = P.origin(r, s);
         char* cur = s == 0 ? home.as<char>() : travel[s % 2].as<char>();
@@ -387,41 +421,35 @@ struct Rank {
         if (s >= 1) FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(s - 1)], 0));  // step s's K|V arrived
         FL_CUDA(cudaEventRecord(comp_begin[size_t(s)], cs));
         for (const Pair& x : P.pairs(r, s)) {
+          const int i = x.q_slot;
           const Problem pp = P.pair_problem(x);
-          const int64_t qo = P.q_slot_offset(r, x.q_slot), lo = P.lse_slot_offset(r, x.q_slot);
-          const bool direct = direct_q[size_t(x.q_slot)];
-          void* out_o = direct ? at(o, qo, e) : o_s.get();
-          float* out_l = direct ? lse.as<float>() + lo : l_s.as<float>();
+          const int64_t qo = P.q_slot_offset(r, i), lo = P.lse_slot_offset(r, i);
+          const bool direct = direct_q[size_t(i)];
+          const int k = pending[size_t(i)];
+          void* out_o = direct ? at(o, qo, e) : po[i][k].get();
+          float* out_l = direct ? lse.as<float>() + lo : pl[i][k].as<float>();
           if (checked) {
-            if (!direct) { o_s.poison(cs); l_s.poison(cs); }
+            if (!direct) { po[i][k].poison(cs); pl[i][k].poison(cs); }
             fws.poison(cs);
           }
           ForwardArgs a{at(q, qo, e), kv_at(cur, org, x.k_slot, false), kv_at(cur, org, x.k_slot, true),
                         out_o, out_l, fws.get(), cs};
           fs->impl->forward(pp, a);
           FL_CUDA(cudaGetLastError());
-          if (!direct) {
-            const int64_t rows = pp.B * pp.H * pp.Nq;
-            merge_kernel<T><<<row_blocks(rows), 32 * kRowsPerBlock, 0, cs>>>(
-                acc.as<float>() + qo, lse.as<float>() + lo, o_s.as<T>(), l_s.as<float>(), rows, int(p.d),
-                seen[size_t(x.q_slot)] ? 0 : 1);
-            FL_CUDA(cudaGetLastError());
-            seen[size_t(x.q_slot)] = true;
-          }
+          --left[size_t(i)];
+          if (direct) continue;
+          ++pending[size_t(i)];
+          if (pending[size_t(i)] == 2 || left[size_t(i)] == 0) merge(i);
         }
         FL_CUDA(cudaEventRecord(comp_end[size_t(s)], cs));
       }
       for (int i = 0; i < S; ++i) {
-        if (direct_q[size_t(i)]) continue;
+        if (pairs_q[size_t(i)] > 0) continue;  // written by the step or by the slot's last merge
+        // No pair at all (cannot happen with Nq = Nk; kept for the convention): O = 0, L = +∞.
         const int64_t qo = P.q_slot_offset(r, i), lo = P.lse_slot_offset(r, i);
         const int64_t rows = p.B * p.H * P.len[size_t(P.chunk_of(r, i))];
-        if (seen[size_t(i)]) {
-          finalize_kernel<T><<<row_blocks(rows), 32 * kRowsPerBlock, 0, cs>>>(acc.as<float>() + qo, o.as<T>() + qo,
-                                                                            lse.as<float>() + lo, rows, int(p.d));
-        } else {  // no pair at all (cannot happen with Nq = Nk, kept for the convention): O = 0, L = +∞
-          FL_CUDA(cudaMemsetAsync(at(o, qo, e), 0, e * size_t(rows * p.d), cs));
-          fill_kernel<<<elem_blocks(rows), 256, 0, cs>>>(lse.as<float>() + lo, rows, INFINITY);
-        }
+        FL_CUDA(cudaMemsetAsync(at(o, qo, e), 0, e * size_t(rows * p.d), cs));
+        fill_kernel<<<elem_blocks(rows), 256, 0, cs>>>(lse.as<float>() + lo, rows, INFINITY);
         FL_CUDA(cudaGetLastError());
       }
     });
@@ -431,20 +459,23 @@ struct Rank {
   // ---- Backward -----------------------------------------------------------------------------------
   // Ring step s: xs moves the K|V of step s + 1 (as in the forward) and the dK|dV sums: the one this
   // rank finished at step s − 1 (origin r − s + 1) goes to r + 1, the one for origin r − s arrives from
-  // r − 1. cs computes the pairs with the K|V of step s into dkv_local (fp32), then, once the sum for
-  // origin r − s has arrived, adds its share to it. After step G − 1 one more hop brings every sum home.
+  // r − 1. cs computes the pairs with the K|V of step s, each pair's dK, dV into the partial buffers of
+  // its key slot, then, once the sum for origin r − s has arrived, adds them to it (one pass per slot).
+  // After step G − 1 one more hop brings every sum home. dQ is summed like the forward's O: partials
+  // two at a time into an fp32 sum, the last pass writing dQ.
   void backward(bool checked) {
     const Problem& p = P.p;
     if (checked) {
-      for (DeviceBuffer* b : {&dq, &dk, &dv, &dq_acc, &dkv[0], &dkv[1], &dkv_local}) b->poison(cs);
+      for (DeviceBuffer* b : {&dq, &dk, &dv, &dq_acc, &dkv[0], &dkv[1]}) b->poison(cs);
       if (G > 1) { travel[0].poison(cs); travel[1].poison(cs); }
     }
     FL_CUDA(cudaEventRecord(ev_start, cs));
-    std::vector<bool> seen_q(size_t(S), false);
+    std::vector<int> pending_q(size_t(S), 0), left_q(pairs_q);
+    std::vector<bool> has_acc_q(size_t(S), false);
     dispatch_dtype(p.dtype, [&](auto tag) {
       using T = decltype(tag);
-      auto accumulate = [&](float* to, const void* part, int64_t n, bool first) {
-        accumulate_kernel<T><<<elem_blocks(n), 256, 0, cs>>>(to, static_cast<const T*>(part), n, first ? 1 : 0);
+      auto sum = [&](float* to, const DeviceBuffer& a, const DeviceBuffer* b, T* out, int64_t n, bool has_acc) {
+        sum_kernel<T><<<elem_blocks(n), 256, 0, cs>>>(to, a.as<T>(), b ? b->as<T>() : nullptr, out, n, has_acc ? 1 : 0);
         FL_CUDA(cudaGetLastError());
       };
       for (int s = 0; s < G; ++s) {
@@ -469,66 +500,72 @@ struct Rank {
         }
         if (s >= 1) FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(s - 1)], 0));
         FL_CUDA(cudaEventRecord(comp_begin[size_t(s)], cs));
-        // Step 0 adds straight into dkv[0] (nothing arrives for it); later steps into dkv_local first,
-        // so that the pairs need not wait for the incoming sum.
-        float* local = s == 0 ? dkv[0].as<float>() : dkv_local.as<float>();
         const int64_t kv_org = P.kv_elems(org);
-        std::vector<bool> seen_k(size_t(S), false);
+        std::vector<int> pending_k(size_t(S), 0);  // this step's dK, dV partials per key slot
         for (const Pair& x : P.pairs(r, s)) {
+          const int i = x.q_slot, j = x.k_slot;
           const Problem pp = P.pair_problem(x);
-          const int64_t qo = P.q_slot_offset(r, x.q_slot), lo = P.lse_slot_offset(r, x.q_slot);
-          const int64_t ko = P.kv_slot_offset(org, x.k_slot);
-          const bool dq_direct = direct_q[size_t(x.q_slot)], dk_direct = direct_k[size_t(x.k_slot)];
+          const int64_t qo = P.q_slot_offset(r, i), lo = P.lse_slot_offset(r, i);
+          const int64_t ko = P.kv_slot_offset(org, j);
+          const bool dq_direct = direct_q[size_t(i)], dk_direct = direct_k[size_t(j)];
+          const int kq = pending_q[size_t(i)], kk = pending_k[size_t(j)];
           // dk_direct only when G = 1, where org = r and ko is also the offset in this rank's dK, dV.
-          void* dq_t = dq_direct ? at(dq, qo, e) : dq_s.get();
-          void* dk_t = dk_direct ? at(dk, ko, e) : dk_s.get();
-          void* dv_t = dk_direct ? at(dv, ko, e) : dv_s.get();
+          void* dq_t = dq_direct ? at(dq, qo, e) : pq[i][kq].get();
+          void* dk_t = dk_direct ? at(dk, ko, e) : pk[j][kk].get();
+          void* dv_t = dk_direct ? at(dv, ko, e) : pv[j][kk].get();
           if (checked) {
-            if (!dq_direct) dq_s.poison(cs);
-            if (!dk_direct) { dk_s.poison(cs); dv_s.poison(cs); }
+            if (!dq_direct) pq[i][kq].poison(cs);
+            if (!dk_direct) { pk[j][kk].poison(cs); pv[j][kk].poison(cs); }
             bws.poison(cs);
           }
-          BackwardArgs a{at(q, qo, e), kv_at(cur, org, x.k_slot, false), kv_at(cur, org, x.k_slot, true),
+          BackwardArgs a{at(q, qo, e), kv_at(cur, org, j, false), kv_at(cur, org, j, true),
                          at(o, qo, e), lse.as<float>() + lo, at(dO, qo, e), dq_t, dk_t, dv_t, bws.get(), cs};
           bs->impl->backward(pp, a);
           FL_CUDA(cudaGetLastError());
+          --left_q[size_t(i)];
           if (!dq_direct) {
-            accumulate(dq_acc.as<float>() + qo, dq_s.get(), pp.q_elems(), !seen_q[size_t(x.q_slot)]);
-            seen_q[size_t(x.q_slot)] = true;
+            ++pending_q[size_t(i)];
+            if (pending_q[size_t(i)] == 2 || left_q[size_t(i)] == 0) {
+              const bool last = left_q[size_t(i)] == 0;
+              sum(dq_acc.as<float>() + qo, pq[i][0], pending_q[size_t(i)] == 2 ? &pq[i][1] : nullptr,
+                  last ? dq.as<T>() + qo : nullptr, pp.q_elems(), has_acc_q[size_t(i)]);
+              has_acc_q[size_t(i)] = !last;
+              pending_q[size_t(i)] = 0;
+            }
           }
-          if (!dk_direct) {
-            const bool first = !seen_k[size_t(x.k_slot)];
-            accumulate(local + ko, dk_s.get(), pp.kv_elems(), first);
-            accumulate(local + kv_org + ko, dv_s.get(), pp.kv_elems(), first);
-            seen_k[size_t(x.k_slot)] = true;
-          }
+          if (!dk_direct) ++pending_k[size_t(j)];
         }
+        // This step's dK, dV into the sums. Step 0 starts the sums of this rank's own keys (a ring of
+        // one writes dK, dV straight away); later steps add to the sums that arrived for origin r − s.
+        if (s >= 1) FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(s)], 0));
         for (int j = 0; j < S; ++j) {
           if (direct_k[size_t(j)]) continue;
           const int64_t ko = P.kv_slot_offset(org, j);
           const int64_t n = p.B * p.H_kv * P.len[size_t(P.chunk_of(org, j))] * p.d;
-          if (s == 0 && !seen_k[size_t(j)]) {  // no pair for this key slot here: its sum starts at 0
-            FL_CUDA(cudaMemsetAsync(local + ko, 0, 4 * size_t(n), cs));
-            FL_CUDA(cudaMemsetAsync(local + kv_org + ko, 0, 4 * size_t(n), cs));
-          }
-        }
-        if (s >= 1) {
-          FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(s)], 0));  // the sum for origin r − s arrived
-          for (int j = 0; j < S; ++j) {
-            if (!seen_k[size_t(j)]) continue;  // nothing of ours: the sum passes on as it came
-            const int64_t ko = P.kv_slot_offset(org, j);
-            const int64_t n = p.B * p.H_kv * P.len[size_t(P.chunk_of(org, j))] * p.d;
-            for (int64_t off : {ko, kv_org + ko}) {
-              add_kernel<<<elem_blocks(n), 256, 0, cs>>>(dkv[s % 2].as<float>() + off, dkv_local.as<float>() + off, n);
-              FL_CUDA(cudaGetLastError());
+          float* sum_k = dkv[s % 2].as<float>() + ko;
+          float* sum_v = dkv[s % 2].as<float>() + kv_org + ko;
+          const int np = pending_k[size_t(j)];
+          if (np == 0) {
+            if (s == 0) {  // no pair for this key slot here: its sum starts at 0 (a ring of one: dK = dV = 0)
+              if (G == 1) {
+                FL_CUDA(cudaMemsetAsync(at(dk, ko, e), 0, e * size_t(n), cs));
+                FL_CUDA(cudaMemsetAsync(at(dv, ko, e), 0, e * size_t(n), cs));
+              } else {
+                FL_CUDA(cudaMemsetAsync(sum_k, 0, 4 * size_t(n), cs));
+                FL_CUDA(cudaMemsetAsync(sum_v, 0, 4 * size_t(n), cs));
+              }
             }
+            continue;  // later steps: nothing of ours, the sum passes on as it came
           }
+          T* out_k = G == 1 ? dk.as<T>() + ko : nullptr;
+          T* out_v = G == 1 ? dv.as<T>() + ko : nullptr;
+          sum(sum_k, pk[j][0], np == 2 ? &pk[j][1] : nullptr, out_k, n, s >= 1);
+          sum(sum_v, pv[j][0], np == 2 ? &pv[j][1] : nullptr, out_v, n, s >= 1);
         }
         FL_CUDA(cudaEventRecord(comp_end[size_t(s)], cs));
       }
-      // The last hop: the sum finished at step G − 1 (origin r + 1) goes to its owner; ours arrives.
-      const DeviceBuffer* mine = &dkv[0];
       if (G > 1) {
+        // The last hop: the sum finished at step G − 1 (origin r + 1) goes to its owner; ours arrives.
         FL_CUDA(cudaStreamWaitEvent(xs, comp_end[size_t(G - 1)], 0));
         FL_CUDA(cudaEventRecord(comm_begin[size_t(G)], xs));
         FL_NCCL(ncclGroupStart());
@@ -537,28 +574,17 @@ struct Rank {
         FL_NCCL(ncclGroupEnd());
         FL_CUDA(cudaEventRecord(comm_end[size_t(G)], xs));
         FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(G)], 0));
-        mine = &dkv[G % 2];
-      }
-      const int64_t kn = P.kv_elems(r);
-      for (int j = 0; j < S; ++j) {
-        if (direct_k[size_t(j)]) continue;
-        const int64_t ko = P.kv_slot_offset(r, j);
-        const int64_t n = p.B * p.H_kv * P.len[size_t(P.chunk_of(r, j))] * p.d;
-        convert_kernel<T><<<elem_blocks(n), 256, 0, cs>>>(mine->as<float>() + ko, dk.as<T>() + ko, n);
+        const DeviceBuffer& mine = dkv[G % 2];
+        const int64_t kn = P.kv_elems(r);
+        convert_kernel<T><<<elem_blocks(kn), 256, 0, cs>>>(mine.as<float>(), dk.as<T>(), kn);
         FL_CUDA(cudaGetLastError());
-        convert_kernel<T><<<elem_blocks(n), 256, 0, cs>>>(mine->as<float>() + kn + ko, dv.as<T>() + ko, n);
+        convert_kernel<T><<<elem_blocks(kn), 256, 0, cs>>>(mine.as<float>() + kn, dv.as<T>(), kn);
         FL_CUDA(cudaGetLastError());
       }
       for (int i = 0; i < S; ++i) {
-        if (direct_q[size_t(i)]) continue;
-        const int64_t qo = P.q_slot_offset(r, i);
+        if (pairs_q[size_t(i)] > 0) continue;  // written by the step or by the slot's last sum
         const int64_t n = p.B * p.H * P.len[size_t(P.chunk_of(r, i))] * p.d;
-        if (seen_q[size_t(i)]) {
-          convert_kernel<T><<<elem_blocks(n), 256, 0, cs>>>(dq_acc.as<float>() + qo, dq.as<T>() + qo, n);
-          FL_CUDA(cudaGetLastError());
-        } else {
-          FL_CUDA(cudaMemsetAsync(at(dq, qo, e), 0, e * size_t(n), cs));
-        }
+        FL_CUDA(cudaMemsetAsync(at(dq, P.q_slot_offset(r, i), e), 0, e * size_t(n), cs));
       }
     });
     FL_CUDA(cudaEventRecord(ev_end, cs));
