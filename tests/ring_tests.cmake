@@ -5,8 +5,9 @@
 # The launcher over fake CPU ranks (ring_fake_rank.cpp): built everywhere, GPU or not, NCCL or not, so
 # that what happens around the ranks (ids through pipes, outputs through shared memory, a failed or hung
 # rank ended and named, a missing row caught by the check) is tested in CI.
+# (app/ladder_cmd.cpp holds the problem options; the cuBLAS baselines it names are the no-GPU stubs here.)
 add_executable(flashladder_ring_launcher ring_launcher_main.cpp ring_fake_rank.cpp ${PROJECT_SOURCE_DIR}/app/ring_cmd.cpp
-               sampled_reference.cpp)
+               ${PROJECT_SOURCE_DIR}/app/ladder_cmd.cpp ${PROJECT_SOURCE_DIR}/app/baselines_nogpu.cpp sampled_reference.cpp)
 target_link_libraries(flashladder_ring_launcher PRIVATE flashladder_core CLI11::CLI11)
 target_compile_definitions(flashladder_ring_launcher PRIVATE FLASHLADDER_HAVE_NCCL)  # the launcher's path; no NCCL is called
 target_compile_options(flashladder_ring_launcher PRIVATE $<$<BOOL:${FLASHLADDER_NATIVE}>:-march=native>)

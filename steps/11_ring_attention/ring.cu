@@ -273,8 +273,10 @@ struct Rank {
       alloc(dk, e * kn, "dK");
       alloc(dv, e * kn, "dV");
       alloc(dq_acc, 4 * qn, "dQ's fp32 sum");
-      alloc(dkv[0], 8 * max_kv, "the first travelling dK|dV (fp32)");
-      alloc(dkv[1], 8 * max_kv, "the second travelling dK|dV (fp32)");
+      if (G > 1) {  // a ring of one sums its dK, dV straight into the outputs
+        alloc(dkv[0], 8 * max_kv, "the first travelling dK|dV (fp32)");
+        alloc(dkv[1], 8 * max_kv, "the second travelling dK|dV (fp32)");
+      }
       for (int i = 0; i < S; ++i)
         for (int k = 0; k < 2; ++k) {
           alloc(pq[i][k], e * chunk_q, "a pair's dQ_s");
@@ -542,8 +544,9 @@ struct Rank {
           if (direct_k[size_t(j)]) continue;
           const int64_t ko = P.kv_slot_offset(org, j);
           const int64_t n = p.B * p.H_kv * P.len[size_t(P.chunk_of(org, j))] * p.d;
-          float* sum_k = dkv[s % 2].as<float>() + ko;
-          float* sum_v = dkv[s % 2].as<float>() + kv_org + ko;
+          // (G = 1: no sums travel; out_k, out_v below take the result and sum_k, sum_v are not used.)
+          float* sum_k = G > 1 ? dkv[s % 2].as<float>() + ko : nullptr;
+          float* sum_v = G > 1 ? dkv[s % 2].as<float>() + kv_org + ko : nullptr;
           const int np = pending_k[size_t(j)];
           if (np == 0) {
             if (s == 0) {  // no pair for this key slot here: its sum starts at 0 (a ring of one: dK = dV = 0)
