@@ -20,7 +20,7 @@ function(fl_ring_launcher_test name rc expect)
   set_tests_properties(ring_launcher.${name} PROPERTIES TIMEOUT 120)
 endfunction()
 fl_ring_launcher_test(pass_zigzag_bwd 0 "" ARGS --gpus;2;--causal;--backward;-B;2;-H;6;--heads-kv;2;-N;201;-d;64;--reps;1)
-fl_ring_launcher_test(pass_sampled 0 "" ARGS --gpus;2;--layout;contiguous;--backward;-B;1;-H;2;--heads-kv;1;-N;5000;-d;64;--check;sampled;--check-kv-heads;1;--reps;1)
+fl_ring_launcher_test(pass_sampled 0 "" ARGS --gpus;2;--layout;contiguous;--backward;-B;1;-H;2;--heads-kv;1;-N;1500;-d;64;--check;sampled;--check-kv-heads;1;--reps;1)
 fl_ring_launcher_test(failed_rank_ends_the_hung_one 2 "rank 1 exited with status 1: rank 1: failure injected.*rank 0 was killed by signal 15 \\(ended by the launcher\\)"
   ENV FLASHLADDER_RING_FAIL_RANK=1 FAKE_RING_HANG_RANK=0 ARGS --gpus;2;-N;64;-H;2;-d;64;--timeout;100)
 fl_ring_launcher_test(timeout_ends_a_hung_rank 2 "the run passed --timeout 2 s; ranks still running: 1"
