@@ -2,6 +2,9 @@
 # oracle (the full one up to N = 4096, sampled rows beyond), so each test is one run of it, judged by
 # ring_run.cmake. The plan (which pairs, which chunks) has CPU tests in test_ring_plan.cpp.
 
+# The plan's CPU tests join the main test program.
+target_sources(flashladder_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/test_ring_plan.cpp)
+
 # The launcher over fake CPU ranks (ring_fake_rank.cpp): built everywhere, GPU or not, NCCL or not, so
 # that what happens around the ranks (ids through pipes, outputs through shared memory, a failed or hung
 # rank ended and named, a missing row caught by the check) is tested in CI.

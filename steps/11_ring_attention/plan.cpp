@@ -5,6 +5,10 @@
 
 namespace fl::ring {
 
+namespace {
+int64_t ceil32(int64_t n) { return (n + 31) / 32 * 32; }
+}  // namespace
+
 const char* layout_name(Layout l) { return l == Layout::zigzag ? "zigzag" : "contiguous"; }
 
 std::string make_plan(const Problem& p, int G, Layout layout, Plan* out) {
@@ -64,8 +68,10 @@ int64_t Plan::q_slot_offset(int r, int slot) const {
   return off;
 }
 int64_t Plan::lse_slot_offset(int r, int slot) const {
+  // Each slot's L starts on a 128-byte boundary (32 floats): a step may read L with vector loads, and
+  // B·H·len floats alone would leave the second slot 4, 8 or 12 bytes off (B = 2, H = 3, len = 257).
   int64_t off = 0;
-  for (int i = 0; i < slot; ++i) off += p.B * p.H * len[size_t(chunk_of(r, i))];
+  for (int i = 0; i < slot; ++i) off += ceil32(p.B * p.H * len[size_t(chunk_of(r, i))]);
   return off;
 }
 int64_t Plan::kv_slot_offset(int r, int slot) const {

@@ -56,10 +56,10 @@ struct Plan {
 
   // Element offsets of slot i inside a rank's buffers (slots stored one after the other).
   int64_t q_slot_offset(int r, int slot) const;    // in Q, O, dO, dQ
-  int64_t lse_slot_offset(int r, int slot) const;  // in L, D
+  int64_t lse_slot_offset(int r, int slot) const;  // in L (each slot 128-byte aligned: padded)
   int64_t kv_slot_offset(int r, int slot) const;   // in K (and in V, which follows K in a K|V buffer)
   int64_t q_elems(int r) const;                    // the rank's share of Q
-  int64_t lse_elems(int r) const;
+  int64_t lse_elems(int r) const;                  // with the padding
   int64_t kv_elems(int r) const;                   // the rank's share of K (V the same)
   int64_t max_chunk() const;                       // the longest chunk
 

@@ -161,14 +161,24 @@ const Step* pick_step(const std::string& name, bool backward, const std::vector<
     if (!why.empty()) throw Error("rank " + std::to_string(rank) + ": " + why);
     return s;
   }
-  // The ladder's last rung that accepts every pair: forward among the forward-only GPU steps (08i on
-  // Hopper; 09/09b carry a forward of their own for their backward), backward among steps with one.
-  std::string whys;
+  // The ladder's last rungs for long sequences, newest first: on Hopper 08i (forward) and 09c (backward),
+  // elsewhere the last ones that accept every pair. (Step 10, split-KV, is a decode step for short Nq.)
+  // Then any other GPU step, from the end of the list.
+  const std::vector<std::string> preferred =
+      backward ? std::vector<std::string>{"09c_tma_warpspec", "09b_wgmma", "09_backward"}
+               : std::vector<std::string>{"08i_pingpong", "08h_tma_warpspec", "08g_smem_epilogue", "08d_exp2_tuned"};
+  std::vector<const Step*> order;
+  for (const std::string& f : preferred)
+    if (const Step* s = find_step(f)) order.push_back(s);
   const auto& L = ladder();
-  for (auto it = L.rbegin(); it != L.rend(); ++it) {
-    if (!it->gpu() || (backward ? !it->has_backward() : it->backward)) continue;
-    const std::string why = refusal(*it);
-    if (why.empty()) return &*it;
+  for (auto it = L.rbegin(); it != L.rend(); ++it)
+    if (it->gpu() && (backward ? it->has_backward() : !it->backward) &&
+        std::find(order.begin(), order.end(), &*it) == order.end())
+      order.push_back(&*it);
+  std::string whys;
+  for (const Step* s : order) {
+    const std::string why = refusal(*s);
+    if (why.empty()) return s;
     whys += "\n  " + why;
   }
   throw Error("rank " + std::to_string(rank) + ": no " + (backward ? "backward" : "forward") +
@@ -633,32 +643,34 @@ struct Rank {
     fs->impl->forward(p, ForwardArgs{q.get(), home.get(), at(home, p.kv_elems(), e), ro.get(), rl.as<float>(), ws.get(), cs});
     FL_CUDA(cudaGetLastError());
     FL_CUDA(cudaStreamSynchronize(cs));
-    auto bytes_of = [&](const DeviceBuffer& b) {
-      std::vector<uint8_t> x(b.bytes());
-      FL_CUDA(cudaMemcpy(x.data(), b.get(), b.bytes(), cudaMemcpyDeviceToHost));
+    // The first `bytes` of b (the ring's L buffer is padded past the B·H·N values the step's has).
+    auto bytes_of = [&](const DeviceBuffer& b, size_t bytes) {
+      std::vector<uint8_t> x(bytes);
+      FL_CUDA(cudaMemcpy(x.data(), b.get(), bytes, cudaMemcpyDeviceToHost));
       return x;
     };
+    const size_t qb = e * size_t(p.q_elems()), lb = 4 * size_t(p.lse_elems()), kb = e * size_t(p.kv_elems());
     // name, the ring's bytes, the local runs' bytes
     std::vector<std::pair<std::string, std::pair<std::vector<uint8_t>, std::vector<std::vector<uint8_t>>>>> cmp;
-    cmp.push_back({"O", {bytes_of(o), {bytes_of(ro)}}});
-    cmp.push_back({"L", {bytes_of(lse), {bytes_of(rl)}}});
+    cmp.push_back({"O", {bytes_of(o, qb), {bytes_of(ro, qb)}}});
+    cmp.push_back({"L", {bytes_of(lse, lb), {bytes_of(rl, lb)}}});
     if (cfg.backward) {
       alloc(rdq, e * p.q_elems(), "the local step's dQ");
       alloc(rdk, e * p.kv_elems(), "the local step's dK");
       alloc(rdv, e * p.kv_elems(), "the local step's dV");
       alloc(rbws, bs->impl->backward_workspace_bytes(p), "the local step's backward workspace");
-      cmp.push_back({"dQ", {bytes_of(dq), {}}});
-      cmp.push_back({"dK", {bytes_of(dk), {}}});
-      cmp.push_back({"dV", {bytes_of(dv), {}}});
+      cmp.push_back({"dQ", {bytes_of(dq, qb), {}}});
+      cmp.push_back({"dK", {bytes_of(dk, kb), {}}});
+      cmp.push_back({"dV", {bytes_of(dv, kb), {}}});
       for (int run = 0; run < 3; ++run) {
         for (DeviceBuffer* b : {&rdq, &rdk, &rdv, &rbws}) b->poison(cs);
         bs->impl->backward(p, BackwardArgs{q.get(), home.get(), at(home, p.kv_elems(), e), ro.get(), rl.as<float>(),
                                            dO.get(), rdq.get(), rdk.get(), rdv.get(), rbws.get(), cs});
         FL_CUDA(cudaGetLastError());
         FL_CUDA(cudaStreamSynchronize(cs));
-        cmp[2].second.second.push_back(bytes_of(rdq));
-        cmp[3].second.second.push_back(bytes_of(rdk));
-        cmp[4].second.second.push_back(bytes_of(rdv));
+        cmp[2].second.second.push_back(bytes_of(rdq, qb));
+        cmp[3].second.second.push_back(bytes_of(rdk, kb));
+        cmp[4].second.second.push_back(bytes_of(rdv, kb));
       }
     }
     std::string note;
