@@ -74,8 +74,8 @@ TEST(RingPlan, ChunksSplitTheSequenceNearlyEvenly) {
   EXPECT_EQ(P.q_elems(0), 2 * (251 + 250) * 64);
   EXPECT_EQ(P.kv_elems(1), 1 * (250 + 250) * 64);
   EXPECT_EQ(P.kv_slot_offset(0, 1), 251 * 64);
-  EXPECT_EQ(P.lse_slot_offset(0, 1), 256);  // 2·251 = 502 floats, padded to 128 bytes
-  EXPECT_EQ(P.lse_elems(0), 256 + 512);
+  EXPECT_EQ(P.lse_slot_offset(0, 1), 512);  // B·H·251 = 502 floats, padded to a multiple of 32
+  EXPECT_EQ(P.lse_elems(0), 512 + 512);
 }
 
 TEST(RingPlan, ZigzagBalancesCausalWorkContiguousDoesNot) {
