@@ -8,6 +8,7 @@
 //   flashladder oracle generate golden files (.npy + manifest.json) for other implementations
 //   flashladder oracle check    a candidate's .npy outputs against golden files
 //   flashladder run             one step on the .npy inputs of a golden folder, outputs as .npy
+//   flashladder ring            step 11: ring attention on G GPUs over NCCL (app/ring_cmd.cpp)
 //   flashladder --help, flashladder SUBCOMMAND --help
 //
 // Exit status: 0 all good; 1 a check failed; 2 bad input (named in the message).
@@ -15,6 +16,7 @@
 #include <new>
 
 #include "app/commands.hpp"
+#include "app/ring_cmd.hpp"
 
 int main(int argc, char** argv) {
   using namespace fl::cli;
@@ -90,6 +92,9 @@ int main(int argc, char** argv) {
   runf->add_option("--out", run_out, "Folder for o.npy, lse.npy (and dq, dk, dv with --backward)")->required();
   runf->add_flag("--backward", run_bwd, "Also run the step's backward (steps that have one)");
 
+  RingOptions ring_o;
+  CLI::App* ring = add_ring_command(app, ring_o);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -101,6 +106,7 @@ int main(int argc, char** argv) {
     if (*gen) return oracle_generate(gen_prob, gen_out);
     if (*ocheck) return oracle_check(chk_golden, chk_cand, chk_golden_bwd);
     if (*runf) return run_on_files(run_step_name, run_in, run_out, run_bwd);
+    if (*ring) return run_ring(ring_o);
     if (*check) return run_check(chk_prob, chk_steps, chk_bwd);
     if (*bench) {
       bench_o.headline_dtypes.clear();

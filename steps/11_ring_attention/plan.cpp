@@ -1,0 +1,100 @@
+// flashladder — steps/11_ring_attention/plan.cpp: chunks, slots and pairs of the ring (see plan.hpp).
+#include "steps/11_ring_attention/plan.hpp"
+
+#include <algorithm>
+
+namespace fl::ring {
+
+namespace {
+int64_t ceil32(int64_t n) { return (n + 31) / 32 * 32; }
+}  // namespace
+
+const char* layout_name(Layout l) { return l == Layout::zigzag ? "zigzag" : "contiguous"; }
+
+std::string make_plan(const Problem& p, int G, Layout layout, Plan* out) {
+  const std::string bad = p.invalid_reason();
+  if (!bad.empty()) return "invalid problem: " + bad;
+  if (G < 1) return "--gpus " + std::to_string(G) + " is not allowed: a ring needs at least 1 rank";
+  if (p.Nq != p.Nk)
+    return "ring attention splits one sequence into query and key slices, so it needs Nq = Nk; got Nq = " +
+           std::to_string(p.Nq) + ", Nk = " + std::to_string(p.Nk);
+  Plan x;
+  x.p = p;
+  x.G = G;
+  x.layout = layout;
+  x.chunks = layout == Layout::zigzag ? 2 * G : G;
+  const int64_t N = p.Nq, C = x.chunks;
+  if (N < C)
+    return "the sequence does not split: N = " + std::to_string(N) + " is less than the " + std::to_string(C) +
+           " chunks of the " + layout_name(layout) + " layout on " + std::to_string(G) +
+           " GPUs (N must be at least " + (layout == Layout::zigzag ? "2·G" : "G") + " = " + std::to_string(C) +
+           ", one position per chunk)";
+  int64_t at = 0;
+  for (int64_t c = 0; c < C; ++c) {
+    x.start.push_back(at);
+    x.len.push_back(N / C + (c < N % C ? 1 : 0));  // the first N mod C chunks one longer
+    at += x.len.back();
+  }
+  *out = std::move(x);
+  return "";
+}
+
+Problem Plan::pair_problem(const Pair& x) const {
+  Problem q = p;
+  q.Nq = len[size_t(x.q_chunk)];
+  q.Nk = len[size_t(x.k_chunk)];
+  q.causal = x.kind == Kind::diagonal;
+  q.scale = p.softmax_scale();  // the whole problem's scale, whatever the default would say
+  return q;
+}
+
+std::vector<Pair> Plan::pairs(int r, int s) const {
+  std::vector<Pair> out;
+  const int o = origin(r, s);
+  for (int i = 0; i < slots(); ++i)
+    for (int j = 0; j < slots(); ++j) {
+      const int qc = chunk_of(r, i), kc = chunk_of(o, j);
+      if (!p.causal) out.push_back({i, j, qc, kc, Kind::full});
+      else if (kc < qc) out.push_back({i, j, qc, kc, Kind::full});
+      else if (kc == qc) out.push_back({i, j, qc, kc, Kind::diagonal});
+      // kc > qc: every key of the chunk lies after every query of it: nothing to compute
+    }
+  return out;
+}
+
+int64_t Plan::q_slot_offset(int r, int slot) const {
+  int64_t off = 0;
+  for (int i = 0; i < slot; ++i) off += p.B * p.H * len[size_t(chunk_of(r, i))] * p.d;
+  return off;
+}
+int64_t Plan::lse_slot_offset(int r, int slot) const {
+  // Each slot's L starts on a 128-byte boundary (32 floats): a step may read L with vector loads, and
+  // B·H·len floats alone would leave the second slot 4, 8 or 12 bytes off (B = 2, H = 3, len = 257).
+  int64_t off = 0;
+  for (int i = 0; i < slot; ++i) off += ceil32(p.B * p.H * len[size_t(chunk_of(r, i))]);
+  return off;
+}
+int64_t Plan::kv_slot_offset(int r, int slot) const {
+  int64_t off = 0;
+  for (int i = 0; i < slot; ++i) off += p.B * p.H_kv * len[size_t(chunk_of(r, i))] * p.d;
+  return off;
+}
+int64_t Plan::q_elems(int r) const { return q_slot_offset(r, slots()); }
+int64_t Plan::lse_elems(int r) const { return lse_slot_offset(r, slots()); }
+int64_t Plan::kv_elems(int r) const { return kv_slot_offset(r, slots()); }
+int64_t Plan::max_chunk() const {
+  int64_t m = 0;
+  for (int64_t l : len) m = std::max(m, l);
+  return m;
+}
+
+double Plan::work(int r, int s) const {
+  double w = 0;
+  for (const Pair& x : pairs(r, s)) {
+    const double a = double(len[size_t(x.q_chunk)]) * double(len[size_t(x.k_chunk)]);
+    w += x.kind == Kind::diagonal ? a / 2 : a;
+  }
+  return w;
+}
+
+}  // namespace fl::ring

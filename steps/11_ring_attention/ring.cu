@@ -1,0 +1,826 @@
+// flashladder — steps/11_ring_attention/ring.cu: step 11, ring attention across GPUs on NCCL.
+//
+// One process per GPU ("rank"), each holding its slots of Q, K, V, O, L (plan.hpp says which part of
+// the sequence). The local attention is a ladder step called through its StepImpl (08i_pingpong
+// forward and 09b_wgmma backward on Hopper): this step adds the ring and the merge, nothing else.
+//
+// Forward, ring step s = 0 … G − 1 (two streams: compute `cs` and transfer `xs`, events between them):
+//   xs: one NCCL group: send the K|V in hand (origin r − s) to rank r + 1, receive origin r − s − 1 from
+//       rank r − 1 into the other travel buffer (double buffering; not after the last step)
+//   cs: wait for the K|V of step s; for each (query chunk, key chunk) pair of the step, the local step
+//       writes a partial (O_s, L_s) and a merge kernel folds it into the running (O, L): the same
+//       logsumexp rule as online softmax (step 02 per key, 05 per block, 10 per thread block; here per
+//       GPU):  L' = m + log(e^{L−m} + e^{L_s−m}),  O' = e^{L−L'} O + e^{L_s−L'} O_s,  m = max(L, L_s).
+//   The transfer of step s runs while step s computes; it waits only for step s − 1's compute, which
+//   read the buffer it receives into.
+// Backward: the global O and L of the forward go in; each pair runs the local backward step with them,
+// and that is exactly this pair's share of the gradients: with the global L the step's
+// P_ij = exp(S_ij − L_i) are the global probabilities of these keys, its D_i = rowsum(dO_i ∘ O_i) is
+// the global D, and dV_j = Σ_i P_ijᵀ dO_i, dS = P ∘ (dP − D), dQ_i = τ Σ_j dS_ij K_j, dK_j = τ Σ_i dS_ijᵀ Q_i
+// are sums over the pairs. dQ stays on its rank (fp32 sum of the pairs); dK, dV travel the ring beside
+// K, V in fp32 and, after G transfers, arrive summed at their owner. The step's partials come in the
+// storage type (its interface has no fp32 outputs); they are added in fp32 and rounded once at the end.
+#include "steps/11_ring_attention/ring.hpp"
+
+#include <nccl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "common/cuda.cuh"
+#include "steps/device/math.cuh"
+#include "steps/ladder.hpp"
+
+namespace fl::ring {
+
+static_assert(NCCL_UNIQUE_ID_BYTES == kUniqueIdBytes, "ring.hpp's kUniqueIdBytes must match nccl.h");
+
+namespace {
+
+// Every NCCL call goes through this: the call, the place, NCCL's message and its last error text.
+void nccl_check(ncclResult_t r, const char* call, const char* file, int line) {
+  if (r == ncclSuccess) return;
+  const char* last = ncclGetLastError(nullptr);
+  throw Error(std::string("NCCL error in ") + call + " at " + file + ":" + std::to_string(line) + ": " +
+              ncclGetErrorString(r) + (last && *last ? std::string(" (") + last + ")" : std::string()));
+}
+#define FL_NCCL(call) nccl_check((call), #call, __FILE__, __LINE__)
+
+// ==== Kernels: the merge, fp32 sums, conversions ===================================================
+constexpr int kRowsPerBlock = 8;  // warp-per-row kernels: 8 warps of 256 threads
+
+unsigned row_blocks(int64_t rows) { return unsigned(std::clamp<int64_t>(ceil_div<int64_t>(rows, kRowsPerBlock), 1, 1 << 16)); }
+unsigned elem_blocks(int64_t n) { return unsigned(std::clamp<int64_t>(ceil_div<int64_t>(n, 256), 1, 1 << 16)); }
+
+// One warp per row of a query slot. Merges into the running state (acc [rows][d] fp32, normalised; L
+// [rows] fp32, −∞ while the row has seen no key) one or two partials (O_1, L_1), (O_2, L_2) of pairs
+// ([rows][d] storage type, [rows] fp32). has_acc = 0: there is no running state yet (it may hold NaN
+// poison and is not read). last = 1: the result goes, rounded once, to the output O (storage type) and
+// L in the ladder's convention, instead of back into acc. Two partials at a time halve the passes over
+// the fp32 state (a merge is a memory-bound pass; at N = 32768 on 2 GPUs one pass costs ~1% of a
+// rank's forward).
+template <class T>
+__global__ void merge_kernel(float* __restrict__ acc, float* __restrict__ L, const T* __restrict__ O_1,
+                             const float* __restrict__ L_1, const T* __restrict__ O_2, const float* __restrict__ L_2,
+                             T* __restrict__ O, int64_t rows, int d, int has_acc, int last) {
+  const int lane = threadIdx.x % 32;
+  // The steps write L = +∞ for a row that saw no key (so that the backward's exp(S − L) is 0). In a
+  // sum of exponentials such a partial contributes nothing, which is logsumexp −∞: read it so here,
+  // and give +∞ back in the output.
+  auto lse_of = [](float l) { return l == INFINITY ? -INFINITY : l; };
+  for (int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32; row < rows;
+       row += int64_t(gridDim.x) * kRowsPerBlock) {
+    const float la = has_acc ? L[row] : -INFINITY;
+    const float l1 = lse_of(L_1[row]), l2 = O_2 ? lse_of(L_2[row]) : -INFINITY;
+    const float m = fmaxf(la, fmaxf(l1, l2));
+    __syncwarp();  // every lane has read L[row] before lane 0 writes it below
+    float* a = acc + row * d;
+    const T* o1 = O_1 + row * d;
+    const T* o2 = O_2 ? O_2 + row * d : nullptr;
+    if (m == -INFINITY) {  // no part saw a key: O = 0; L = −∞ while running, +∞ in the output
+      for (int c = lane; c < d; c += 32) {
+        if (last) O[row * d + c] = from_float<T>(0.f);
+        else a[c] = 0.f;
+      }
+      if (lane == 0) L[row] = last ? INFINITY : -INFINITY;
+      continue;
+    }
+    // L' = m + log Σ_k e^{L_k − m};  O' = Σ_k e^{L_k − L'} O_k
+    const float wa = has_acc ? expf(la - m) : 0.f, w1 = expf(l1 - m), w2 = o2 ? expf(l2 - m) : 0.f;
+    const float sum = wa + w1 + w2, inv = 1.f / sum;
+    for (int c = lane; c < d; c += 32) {
+      float v = w1 * to_float(o1[c]);
+      if (o2) v += w2 * to_float(o2[c]);
+      if (has_acc) v += wa * a[c];
+      v *= inv;
+      if (last) O[row * d + c] = from_float<T>(v);
+      else a[c] = v;
+    }
+    if (lane == 0) L[row] = m + logf(sum);
+  }
+}
+
+// acc (fp32) [+]= part_1 + part_2: one or two pairs' dQ, dK or dV (storage type) into an fp32 sum; with
+// out set, the sum goes, rounded once, to out (storage type) instead of back into acc (then acc may be
+// null when has_acc = 0). part_2 may be null.
+template <class T>
+__global__ void sum_kernel(float* __restrict__ acc, const T* __restrict__ part_1, const T* __restrict__ part_2,
+                           T* __restrict__ out, int64_t n, int has_acc) {
+  for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
+    float v = to_float(part_1[x]);
+    if (part_2) v += to_float(part_2[x]);
+    if (has_acc) v += acc[x];
+    if (out) out[x] = from_float<T>(v);
+    else acc[x] = v;
+  }
+}
+
+template <class T>
+__global__ void convert_kernel(const float* __restrict__ acc, T* __restrict__ out, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = from_float<T>(acc[i]);
+}
+
+__global__ void fill_kernel(float* __restrict__ x, int64_t n, float value) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = value;
+}
+
+// Inputs for timing-only runs (no host copy, no check): mean + uniform noise of standard deviation 1
+// from a hash of the index, so that a 131072-long problem needs no host-side generation.
+template <class T>
+__global__ void random_kernel(T* __restrict__ x, int64_t n, uint64_t seed, float mean) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint64_t z = seed * 0x9e3779b97f4a7c15ull + uint64_t(i);  // splitmix64
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const float u = float(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    x[i] = from_float<T>(mean + (u - 0.5f) * 3.4641016f);   // √12 · (u − ½): variance 1
+  }
+}
+
+// ==== One rank ====================================================================================
+const Step* pick_step(const std::string& name, bool backward, const std::vector<Problem>& probs, int rank) {
+  auto refusal = [&](const Step& s) {
+    if (backward && !s.has_backward()) return "step " + s.folder + " has no backward pass";
+    for (const Problem& q : probs) {
+      std::string why = s.refusal(q);
+      if (!why.empty()) return why + " (a pair of the ring: " + q.describe() + ")";
+    }
+    return std::string();
+  };
+  if (!name.empty()) {
+    const Step* s = find_step(name);
+    if (!s) throw Error("rank " + std::to_string(rank) + ": unknown step '" + name + "'");
+    if (!s->gpu()) throw Error("rank " + std::to_string(rank) + ": step " + s->folder + " runs on the CPU");
+    const std::string why = refusal(*s);
+    if (!why.empty()) throw Error("rank " + std::to_string(rank) + ": " + why);
+    return s;
+  }
+  // The ladder's last rungs for long sequences, newest first: on Hopper 08i (forward) and 09c (backward),
+  // elsewhere the last ones that accept every pair. (Step 10, split-KV, is a decode step for short Nq.)
+  // Then any other GPU step, from the end of the list.
+  const std::vector<std::string> preferred =
+      backward ? std::vector<std::string>{"09c_tma_warpspec", "09b_wgmma", "09_backward"}
+               : std::vector<std::string>{"08i_pingpong", "08h_tma_warpspec", "08g_smem_epilogue", "08d_exp2_tuned"};
+  std::vector<const Step*> order;
+  for (const std::string& f : preferred)
+    if (const Step* s = find_step(f)) order.push_back(s);
+  const auto& L = ladder();
+  for (auto it = L.rbegin(); it != L.rend(); ++it)
+    if (it->gpu() && (backward ? it->has_backward() : !it->backward) &&
+        std::find(order.begin(), order.end(), &*it) == order.end())
+      order.push_back(&*it);
+  std::string whys;
+  for (const Step* s : order) {
+    const std::string why = refusal(*s);
+    if (why.empty()) return s;
+    whys += "\n  " + why;
+  }
+  throw Error("rank " + std::to_string(rank) + ": no " + (backward ? "backward" : "forward") +
+              " step of the ladder accepts the pairs of this ring:" + whys);
+}
+
+struct Rank {
+  const RankConfig& cfg;
+  const Plan& P;
+  const int r, G, S;  // rank, ranks, slots per rank
+  const size_t e;     // bytes per element of the storage type
+  const Step* fs = nullptr;
+  const Step* bs = nullptr;
+  cudaStream_t cs = nullptr, xs = nullptr;  // compute, transfer
+  ncclComm_t comm = nullptr;
+  int64_t max_kv = 0;  // the largest share of K over ranks (travel buffers are sized for it)
+  std::vector<bool> direct_q, direct_k;  // a slot with exactly one pair in the whole ring is written by the step itself
+  std::vector<int> pairs_q;              // pairs of each query slot over the whole ring
+  // Forward: Q slots; home K|V (this rank's own, never overwritten); travel K|V ×2; O, L; the running
+  // O in fp32; per query slot two pairs' partials (O_s, L_s) waiting to be merged; the step's workspace.
+  DeviceBuffer q, home, travel[2], o, lse, acc, po[2][2], pl[2][2], fws;
+  // Backward: dO; dQ, dK, dV; dQ's fp32 sum; dK|dV fp32 sums travelling the ring ×2; per query slot
+  // two pairs' dQ_s and per key slot two pairs' dK_s, dV_s waiting to be summed; the step's workspace;
+  // a float for the barrier.
+  DeviceBuffer dO, dq, dk, dv, dq_acc, dkv[2], pq[2][2], pk[2][2], pv[2][2], bws, sync;
+  std::vector<cudaEvent_t> comp_begin, comp_end, comm_begin, comm_end;
+  cudaEvent_t ev_start = nullptr, ev_end = nullptr;
+
+  Rank(const RankConfig& c, int rank)
+      : cfg(c), P(c.plan), r(rank), G(c.plan.G), S(c.plan.slots()), e(size_t(dtype_bytes(c.plan.p.dtype))) {}
+
+  ~Rank() {
+    for (auto* v : {&comp_begin, &comp_end, &comm_begin, &comm_end})
+      for (cudaEvent_t ev : *v) cudaEventDestroy(ev);
+    if (ev_start) cudaEventDestroy(ev_start);
+    if (ev_end) cudaEventDestroy(ev_end);
+    if (cs) cudaStreamDestroy(cs);
+    if (xs) cudaStreamDestroy(xs);
+  }
+
+  int next() const { return (r + 1) % G; }
+  int prev() const { return (r + G - 1) % G; }
+  template <class B>
+  char* at(B& b, int64_t elems, size_t bytes_per_elem) { return b.template as<char>() + size_t(elems) * bytes_per_elem; }
+  char* kv_at(char* base, int origin, int slot, bool v) const {  // K or V slot in a K|V buffer of `origin`
+    return base + e * size_t((v ? P.kv_elems(origin) : 0) + P.kv_slot_offset(origin, slot));
+  }
+
+  void alloc(DeviceBuffer& b, size_t bytes, const char* what) {
+    try {
+      b.allocate(bytes);
+    } catch (const Error& x) {
+      throw Error(std::string("cudaMalloc of ") + what + ": " + x.what());
+    }
+  }
+
+  void setup() {
+    const Problem& p = P.p;
+    for (int k = 0; k < G; ++k) max_kv = std::max(max_kv, P.kv_elems(k));
+    // Every pair problem this rank will run: the steps' refusals are checked on all of them first.
+    std::vector<Problem> probs;
+    pairs_q.assign(size_t(S), 0);
+    std::vector<int> pairs_k(size_t(S), 0);
+    for (int s = 0; s < G; ++s)
+      for (const Pair& x : P.pairs(r, s)) {
+        probs.push_back(P.pair_problem(x));
+        ++pairs_q[size_t(x.q_slot)];
+        if (G == 1) ++pairs_k[size_t(x.k_slot)];
+      }
+    for (int i = 0; i < S; ++i) {
+      direct_q.push_back(pairs_q[size_t(i)] == 1);
+      direct_k.push_back(G == 1 && pairs_k[size_t(i)] == 1);  // dK, dV of G > 1 always cross the ring
+    }
+    fs = pick_step(cfg.fwd_step, false, probs, r);
+    if (cfg.backward) bs = pick_step(cfg.bwd_step, true, probs, r);
+    size_t fw = 0, bw = 0;
+    for (const Problem& x : probs) {
+      fw = std::max(fw, fs->impl->workspace_bytes(x));
+      if (bs) bw = std::max(bw, bs->impl->backward_workspace_bytes(x));
+    }
+    const int64_t qn = P.q_elems(r), ln = P.lse_elems(r), kn = P.kv_elems(r);
+    const int64_t chunk_q = p.B * p.H * P.max_chunk() * p.d, chunk_l = p.B * p.H * P.max_chunk();
+    const int64_t chunk_k = p.B * p.H_kv * P.max_chunk() * p.d;
+    alloc(q, e * qn, "Q");
+    alloc(home, 2 * e * kn, "K|V");
+    if (G > 1) {
+      alloc(travel[0], 2 * e * max_kv, "the first travelling K|V");
+      alloc(travel[1], 2 * e * max_kv, "the second travelling K|V");
+    }
+    alloc(o, e * qn, "O");
+    alloc(lse, 4 * ln, "L");
+    alloc(acc, 4 * qn, "the running O (fp32)");
+    for (int i = 0; i < S; ++i)
+      for (int k = 0; k < 2; ++k) {
+        alloc(po[i][k], e * chunk_q, "a pair's O_s");
+        alloc(pl[i][k], 4 * chunk_l, "a pair's L_s");
+      }
+    alloc(fws, fw, "the forward step's workspace");
+    if (cfg.backward) {
+      alloc(dO, e * qn, "dO");
+      alloc(dq, e * qn, "dQ");
+      alloc(dk, e * kn, "dK");
+      alloc(dv, e * kn, "dV");
+      alloc(dq_acc, 4 * qn, "dQ's fp32 sum");
+      if (G > 1) {  // a ring of one sums its dK, dV straight into the outputs
+        alloc(dkv[0], 8 * max_kv, "the first travelling dK|dV (fp32)");
+        alloc(dkv[1], 8 * max_kv, "the second travelling dK|dV (fp32)");
+      }
+      for (int i = 0; i < S; ++i)
+        for (int k = 0; k < 2; ++k) {
+          alloc(pq[i][k], e * chunk_q, "a pair's dQ_s");
+          alloc(pk[i][k], e * chunk_k, "a pair's dK_s");
+          alloc(pv[i][k], e * chunk_k, "a pair's dV_s");
+        }
+      alloc(bws, bw, "the backward step's workspace");
+    }
+    alloc(sync, 4, "the barrier's float");
+    FL_CUDA(cudaMemset(sync.get(), 0, 4));
+    FL_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    // The transfer stream at the highest priority: the attention kernels launch more thread blocks than
+    // the GPU holds at once, and NCCL's send/recv blocks should take the next free SMs rather than wait
+    // behind the rest of a 1000-block grid (the transfer would then start late and not hide).
+    int least = 0, greatest = 0;
+    FL_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    FL_CUDA(cudaStreamCreateWithPriority(&xs, cudaStreamNonBlocking, greatest));
+    for (auto* v : {&comp_begin, &comp_end, &comm_begin, &comm_end}) {
+      v->assign(size_t(G + 1), nullptr);
+      for (cudaEvent_t& ev : *v) FL_CUDA(cudaEventCreate(&ev));
+    }
+    FL_CUDA(cudaEventCreate(&ev_start));
+    FL_CUDA(cudaEventCreate(&ev_end));
+    FL_CUDA(cudaDeviceSynchronize());  // the memset above ran on the legacy stream; cs and xs do not wait for it
+  }
+
+  // ---- Inputs: this rank's rows of the whole problem, slot by slot --------------------------------
+  // gather: rows [start, start + len) of every (b, head) of a [B][heads][N][d] host tensor, appended
+  // as a slot [B][heads][len][d]; scatter: a slot back into its rows of the whole tensor.
+  void gather(const std::vector<float>& full, int64_t heads, int chunk, std::vector<float>& out) const {
+    const Problem& p = P.p;
+    const int64_t st = P.start[size_t(chunk)], n = P.len[size_t(chunk)];
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* src = full.data() + ((b * heads + h) * p.Nq + st) * p.d;
+        out.insert(out.end(), src, src + n * p.d);
+      }
+  }
+  void scatter(const std::vector<float>& slot, int64_t heads, int chunk, float* full) const {
+    const Problem& p = P.p;
+    const int64_t st = P.start[size_t(chunk)], n = P.len[size_t(chunk)], w = heads == -1 ? 1 : p.d;
+    const int64_t hh = heads == -1 ? p.H : heads;  // heads = −1: L, one value per row
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < hh; ++h)
+        std::memcpy(full + ((b * hh + h) * p.Nq + st) * w, slot.data() + (b * hh + h) * n * w, sizeof(float) * size_t(n * w));
+  }
+
+  void upload(const Inputs& in) {
+    const Problem& p = P.p;
+    auto put = [&](DeviceBuffer& b, size_t byte_off, const std::vector<float>& x) {
+      std::vector<uint8_t> bytes = pack(p.dtype, x);
+      FL_CUDA(cudaMemcpy(b.as<char>() + byte_off, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+    };
+    std::vector<float> qs, ks, vs, ds;
+    for (int i = 0; i < S; ++i) {
+      const int c = P.chunk_of(r, i);
+      gather(in.q, p.H, c, qs);
+      gather(in.k, p.H_kv, c, ks);
+      gather(in.v, p.H_kv, c, vs);
+      if (cfg.backward) gather(in.dO, p.H, c, ds);
+    }
+    put(q, 0, qs);
+    put(home, 0, ks);
+    put(home, e * size_t(P.kv_elems(r)), vs);
+    if (cfg.backward) put(dO, 0, ds);
+  }
+
+  void randomize() {
+    dispatch_dtype(P.p.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      auto fill = [&](DeviceBuffer& b, int64_t n, uint64_t salt) {
+        random_kernel<T><<<elem_blocks(n), 256, 0, cs>>>(b.as<T>(), n, cfg.seed * 4099 + salt * 131 + uint64_t(r), 0.5f);
+        FL_CUDA(cudaGetLastError());
+      };
+      fill(q, P.q_elems(r), 1);
+      fill(home, 2 * P.kv_elems(r), 2);
+      if (cfg.backward) fill(dO, P.q_elems(r), 3);
+    });
+    FL_CUDA(cudaStreamSynchronize(cs));
+  }
+
+  // ---- NCCL -------------------------------------------------------------------------------------
+  void init_comm(const char id[kUniqueIdBytes]) {
+    if (G == 1) return;  // a ring of one moves nothing
+    ncclUniqueId uid;
+    std::memcpy(&uid, id, sizeof uid);
+    FL_NCCL(ncclCommInitRank(&comm, G, uid, r));
+  }
+  // All ranks start a timed repetition together (the ring would line them up anyway, but then the
+  // first step's wait for the slowest rank would count as compute).
+  void barrier() {
+    if (G == 1) return;
+    FL_NCCL(ncclAllReduce(sync.get(), sync.get(), 1, ncclFloat32, ncclSum, comm, cs));
+    FL_CUDA(cudaStreamSynchronize(cs));
+  }
+
+  // ---- Forward ------------------------------------------------------------------------------------
+  // checked: outputs, partials and workspaces are poisoned with NaN before the launches that write
+  // them (the runner's rule), so a value the ring forgot to write cannot pass the oracle.
+  //
+  // A query slot with one pair in the whole ring (a ring of one; rank 0 of a causal contiguous ring)
+  // is written by the step straight into O and L. Otherwise each pair's partial goes to one of the
+  // slot's two partial buffers, and a merge folds them in two at a time (or one, at the slot's last
+  // pair); the slot's last merge writes O and L.
+  void forward(bool checked) {
+    const Problem& p = P.p;
+    if (checked) {
+      o.poison(cs);
+      lse.poison(cs);
+      acc.poison(cs);
+      if (G > 1) { travel[0].poison(cs); travel[1].poison(cs); }
+    }
+    FL_CUDA(cudaEventRecord(ev_start, cs));
+    std::vector<int> pending(size_t(S), 0), left(pairs_q);  // partials waiting; pairs still to come
+    std::vector<bool> has_acc(size_t(S), false);
+    dispatch_dtype(p.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      auto merge = [&](int i) {
+        const int64_t qo = P.q_slot_offset(r, i), lo = P.lse_slot_offset(r, i);
+        const int64_t rows = p.B * p.H * P.len[size_t(P.chunk_of(r, i))];
+        const bool last = left[size_t(i)] == 0, two = pending[size_t(i)] == 2;
+        merge_kernel<T><<<row_blocks(rows), 32 * kRowsPerBlock, 0, cs>>>(
+            acc.as<float>() + qo, lse.as<float>() + lo, po[i][0].as<T>(), pl[i][0].as<float>(),
+            two ? po[i][1].as<T>() : nullptr, two ? pl[i][1].as<float>() : nullptr, o.as<T>() + qo, rows, int(p.d),
+            has_acc[size_t(i)] ? 1 : 0, last ? 1 : 0);
+        FL_CUDA(cudaGetLastError());
+        has_acc[size_t(i)] = !last;
+        pending[size_t(i)] = 0;
+      };
+      for (int s = 0; s < G; ++s) {
+        const int org = P.origin(r, s);
+        char* cur = s == 0 ? home.as<char>() : travel[s % 2].as<char>();
+        if (s < G - 1) {
+          // The receive buffer held step s − 1's K|V: wait until step s − 1's compute is done with it.
+          FL_CUDA(cudaStreamWaitEvent(xs, s == 0 ? ev_start : comp_end[size_t(s - 1)], 0));
+          FL_CUDA(cudaEventRecord(comm_begin[size_t(s)], xs));
+          FL_NCCL(ncclGroupStart());
+          FL_NCCL(ncclSend(cur, 2 * e * size_t(P.kv_elems(org)), ncclUint8, next(), comm, xs));
+          FL_NCCL(ncclRecv(travel[(s + 1) % 2].get(), 2 * e * size_t(P.kv_elems(P.origin(r, s + 1))), ncclUint8,
+                           prev(), comm, xs));
+          FL_NCCL(ncclGroupEnd());
+          FL_CUDA(cudaEventRecord(comm_end[size_t(s)], xs));
+        }
+        if (s >= 1) FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(s - 1)], 0));  // step s's K|V arrived
+        FL_CUDA(cudaEventRecord(comp_begin[size_t(s)], cs));
+        for (const Pair& x : P.pairs(r, s)) {
+          const int i = x.q_slot;
+          const Problem pp = P.pair_problem(x);
+          const int64_t qo = P.q_slot_offset(r, i), lo = P.lse_slot_offset(r, i);
+          const bool direct = direct_q[size_t(i)];
+          const int k = pending[size_t(i)];
+          void* out_o = direct ? at(o, qo, e) : po[i][k].get();
+          float* out_l = direct ? lse.as<float>() + lo : pl[i][k].as<float>();
+          if (checked) {
+            if (!direct) { po[i][k].poison(cs); pl[i][k].poison(cs); }
+            fws.poison(cs);
+          }
+          ForwardArgs a{at(q, qo, e), kv_at(cur, org, x.k_slot, false), kv_at(cur, org, x.k_slot, true),
+                        out_o, out_l, fws.get(), cs};
+          fs->impl->forward(pp, a);
+          FL_CUDA(cudaGetLastError());
+          --left[size_t(i)];
+          if (direct) continue;
+          ++pending[size_t(i)];
+          if (pending[size_t(i)] == 2 || left[size_t(i)] == 0) merge(i);
+        }
+        FL_CUDA(cudaEventRecord(comp_end[size_t(s)], cs));
+      }
+      for (int i = 0; i < S; ++i) {
+        if (pairs_q[size_t(i)] > 0) continue;  // written by the step or by the slot's last merge
+        // No pair at all (cannot happen with Nq = Nk; kept for the convention): O = 0, L = +∞.
+        const int64_t qo = P.q_slot_offset(r, i), lo = P.lse_slot_offset(r, i);
+        const int64_t rows = p.B * p.H * P.len[size_t(P.chunk_of(r, i))];
+        FL_CUDA(cudaMemsetAsync(at(o, qo, e), 0, e * size_t(rows * p.d), cs));
+        fill_kernel<<<elem_blocks(rows), 256, 0, cs>>>(lse.as<float>() + lo, rows, INFINITY);
+        FL_CUDA(cudaGetLastError());
+      }
+    });
+    FL_CUDA(cudaEventRecord(ev_end, cs));
+  }
+
+  // ---- Backward -----------------------------------------------------------------------------------
+  // Ring step s: xs moves the K|V of step s + 1 (as in the forward) and the dK|dV sums: the one this
+  // rank finished at step s − 1 (origin r − s + 1) goes to r + 1, the one for origin r − s arrives from
+  // r − 1. cs computes the pairs with the K|V of step s, each pair's dK, dV into the partial buffers of
+  // its key slot, then, once the sum for origin r − s has arrived, adds them to it (one pass per slot).
+  // After step G − 1 one more hop brings every sum home. dQ is summed like the forward's O: partials
+  // two at a time into an fp32 sum, the last pass writing dQ.
+  void backward(bool checked) {
+    const Problem& p = P.p;
+    if (checked) {
+      for (DeviceBuffer* b : {&dq, &dk, &dv, &dq_acc, &dkv[0], &dkv[1]}) b->poison(cs);
+      if (G > 1) { travel[0].poison(cs); travel[1].poison(cs); }
+    }
+    FL_CUDA(cudaEventRecord(ev_start, cs));
+    std::vector<int> pending_q(size_t(S), 0), left_q(pairs_q);
+    std::vector<bool> has_acc_q(size_t(S), false);
+    dispatch_dtype(p.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      auto sum = [&](float* to, const DeviceBuffer& a, const DeviceBuffer* b, T* out, int64_t n, bool has_acc) {
+        sum_kernel<T><<<elem_blocks(n), 256, 0, cs>>>(to, a.as<T>(), b ? b->as<T>() : nullptr, out, n, has_acc ? 1 : 0);
+        FL_CUDA(cudaGetLastError());
+      };
+      for (int s = 0; s < G; ++s) {
+        const int org = P.origin(r, s);
+        char* cur = s == 0 ? home.as<char>() : travel[s % 2].as<char>();
+        if (G > 1) {
+          FL_CUDA(cudaStreamWaitEvent(xs, s == 0 ? ev_start : comp_end[size_t(s - 1)], 0));
+          FL_CUDA(cudaEventRecord(comm_begin[size_t(s)], xs));
+          FL_NCCL(ncclGroupStart());
+          if (s < G - 1) {
+            FL_NCCL(ncclSend(cur, 2 * e * size_t(P.kv_elems(org)), ncclUint8, next(), comm, xs));
+            FL_NCCL(ncclRecv(travel[(s + 1) % 2].get(), 2 * e * size_t(P.kv_elems(P.origin(r, s + 1))), ncclUint8,
+                             prev(), comm, xs));
+          }
+          if (s >= 1) {
+            FL_NCCL(ncclSend(dkv[(s - 1) % 2].get(), 2 * size_t(P.kv_elems(P.origin(r, s - 1))), ncclFloat32, next(),
+                             comm, xs));
+            FL_NCCL(ncclRecv(dkv[s % 2].get(), 2 * size_t(P.kv_elems(org)), ncclFloat32, prev(), comm, xs));
+          }
+          FL_NCCL(ncclGroupEnd());
+          FL_CUDA(cudaEventRecord(comm_end[size_t(s)], xs));
+        }
+        if (s >= 1) FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(s - 1)], 0));
+        FL_CUDA(cudaEventRecord(comp_begin[size_t(s)], cs));
+        const int64_t kv_org = P.kv_elems(org);
+        std::vector<int> pending_k(size_t(S), 0);  // this step's dK, dV partials per key slot
+        for (const Pair& x : P.pairs(r, s)) {
+          const int i = x.q_slot, j = x.k_slot;
+          const Problem pp = P.pair_problem(x);
+          const int64_t qo = P.q_slot_offset(r, i), lo = P.lse_slot_offset(r, i);
+          const int64_t ko = P.kv_slot_offset(org, j);
+          const bool dq_direct = direct_q[size_t(i)], dk_direct = direct_k[size_t(j)];
+          const int kq = pending_q[size_t(i)], kk = pending_k[size_t(j)];
+          // dk_direct only when G = 1, where org = r and ko is also the offset in this rank's dK, dV.
+          void* dq_t = dq_direct ? at(dq, qo, e) : pq[i][kq].get();
+          void* dk_t = dk_direct ? at(dk, ko, e) : pk[j][kk].get();
+          void* dv_t = dk_direct ? at(dv, ko, e) : pv[j][kk].get();
+          if (checked) {
+            if (!dq_direct) pq[i][kq].poison(cs);
+            if (!dk_direct) { pk[j][kk].poison(cs); pv[j][kk].poison(cs); }
+            bws.poison(cs);
+          }
+          BackwardArgs a{at(q, qo, e), kv_at(cur, org, j, false), kv_at(cur, org, j, true),
+                         at(o, qo, e), lse.as<float>() + lo, at(dO, qo, e), dq_t, dk_t, dv_t, bws.get(), cs};
+          bs->impl->backward(pp, a);
+          FL_CUDA(cudaGetLastError());
+          --left_q[size_t(i)];
+          if (!dq_direct) {
+            ++pending_q[size_t(i)];
+            if (pending_q[size_t(i)] == 2 || left_q[size_t(i)] == 0) {
+              const bool last = left_q[size_t(i)] == 0;
+              sum(dq_acc.as<float>() + qo, pq[i][0], pending_q[size_t(i)] == 2 ? &pq[i][1] : nullptr,
+                  last ? dq.as<T>() + qo : nullptr, pp.q_elems(), has_acc_q[size_t(i)]);
+              has_acc_q[size_t(i)] = !last;
+              pending_q[size_t(i)] = 0;
+            }
+          }
+          if (!dk_direct) ++pending_k[size_t(j)];
+        }
+        // This step's dK, dV into the sums. Step 0 starts the sums of this rank's own keys (a ring of
+        // one writes dK, dV straight away); later steps add to the sums that arrived for origin r − s.
+        if (s >= 1) FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(s)], 0));
+        for (int j = 0; j < S; ++j) {
+          if (direct_k[size_t(j)]) continue;
+          const int64_t ko = P.kv_slot_offset(org, j);
+          const int64_t n = p.B * p.H_kv * P.len[size_t(P.chunk_of(org, j))] * p.d;
+          // (G = 1: no sums travel; out_k, out_v below take the result and sum_k, sum_v are not used.)
+          float* sum_k = G > 1 ? dkv[s % 2].as<float>() + ko : nullptr;
+          float* sum_v = G > 1 ? dkv[s % 2].as<float>() + kv_org + ko : nullptr;
+          const int np = pending_k[size_t(j)];
+          if (np == 0) {
+            if (s == 0) {  // no pair for this key slot here: its sum starts at 0 (a ring of one: dK = dV = 0)
+              if (G == 1) {
+                FL_CUDA(cudaMemsetAsync(at(dk, ko, e), 0, e * size_t(n), cs));
+                FL_CUDA(cudaMemsetAsync(at(dv, ko, e), 0, e * size_t(n), cs));
+              } else {
+                FL_CUDA(cudaMemsetAsync(sum_k, 0, 4 * size_t(n), cs));
+                FL_CUDA(cudaMemsetAsync(sum_v, 0, 4 * size_t(n), cs));
+              }
+            }
+            continue;  // later steps: nothing of ours, the sum passes on as it came
+          }
+          T* out_k = G == 1 ? dk.as<T>() + ko : nullptr;
+          T* out_v = G == 1 ? dv.as<T>() + ko : nullptr;
+          sum(sum_k, pk[j][0], np == 2 ? &pk[j][1] : nullptr, out_k, n, s >= 1);
+          sum(sum_v, pv[j][0], np == 2 ? &pv[j][1] : nullptr, out_v, n, s >= 1);
+        }
+        FL_CUDA(cudaEventRecord(comp_end[size_t(s)], cs));
+      }
+      if (G > 1) {
+        // The last hop: the sum finished at step G − 1 (origin r + 1) goes to its owner; ours arrives.
+        FL_CUDA(cudaStreamWaitEvent(xs, comp_end[size_t(G - 1)], 0));
+        FL_CUDA(cudaEventRecord(comm_begin[size_t(G)], xs));
+        FL_NCCL(ncclGroupStart());
+        FL_NCCL(ncclSend(dkv[(G - 1) % 2].get(), 2 * size_t(P.kv_elems(P.origin(r, G - 1))), ncclFloat32, next(), comm, xs));
+        FL_NCCL(ncclRecv(dkv[G % 2].get(), 2 * size_t(P.kv_elems(r)), ncclFloat32, prev(), comm, xs));
+        FL_NCCL(ncclGroupEnd());
+        FL_CUDA(cudaEventRecord(comm_end[size_t(G)], xs));
+        FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(G)], 0));
+        const DeviceBuffer& mine = dkv[G % 2];
+        const int64_t kn = P.kv_elems(r);
+        convert_kernel<T><<<elem_blocks(kn), 256, 0, cs>>>(mine.as<float>(), dk.as<T>(), kn);
+        FL_CUDA(cudaGetLastError());
+        convert_kernel<T><<<elem_blocks(kn), 256, 0, cs>>>(mine.as<float>() + kn, dv.as<T>(), kn);
+        FL_CUDA(cudaGetLastError());
+      }
+      for (int i = 0; i < S; ++i) {
+        if (pairs_q[size_t(i)] > 0) continue;  // written by the step or by the slot's last sum
+        const int64_t n = p.B * p.H * P.len[size_t(P.chunk_of(r, i))] * p.d;
+        FL_CUDA(cudaMemsetAsync(at(dq, P.q_slot_offset(r, i), e), 0, e * size_t(n), cs));
+      }
+    });
+    FL_CUDA(cudaEventRecord(ev_end, cs));
+  }
+
+  // ---- Outputs back to the launcher ---------------------------------------------------------------
+  std::vector<float> download(const DeviceBuffer& b, int64_t elem_off, int64_t n, DType t) const {
+    std::vector<uint8_t> bytes(size_t(n) * size_t(dtype_bytes(t)));
+    FL_CUDA(cudaMemcpy(bytes.data(), b.as<char>() + size_t(elem_off) * size_t(dtype_bytes(t)), bytes.size(),
+                       cudaMemcpyDeviceToHost));
+    return unpack(t, bytes.data(), n);
+  }
+  void write_out(SharedOutputs out, bool backward) const {
+    const Problem& p = P.p;
+    for (int i = 0; i < S; ++i) {
+      const int c = P.chunk_of(r, i);
+      const int64_t n = P.len[size_t(c)];
+      const int64_t qo = P.q_slot_offset(r, i), lo = P.lse_slot_offset(r, i), ko = P.kv_slot_offset(r, i);
+      scatter(download(o, qo, p.B * p.H * n * p.d, p.dtype), p.H, c, out.o);
+      scatter(download(lse, lo, p.B * p.H * n, DType::f32), -1, c, out.lse);
+      if (backward) {
+        scatter(download(dq, qo, p.B * p.H * n * p.d, p.dtype), p.H, c, out.dq);
+        scatter(download(dk, ko, p.B * p.H_kv * n * p.d, p.dtype), p.H_kv, c, out.dk);
+        scatter(download(dv, ko, p.B * p.H_kv * n * p.d, p.dtype), p.H_kv, c, out.dv);
+      }
+    }
+  }
+
+  // --bitwise-local (G = 1, contiguous: one slot holding the whole problem in its own layout): the
+  // local steps run on the whole problem as the runner runs them, compared bit for bit. The backward is
+  // run three times: a step that adds dQ by atomicAdd (09, 09b) is itself not bitwise reproducible,
+  // and where its own runs differ among themselves a bit-for-bit verdict on dQ means nothing (the
+  // tolerance rule still judges it); where they agree, the ring must match them.
+  void bitwise_local(RankReport* rep) {
+    const Problem& p = P.p;
+    DeviceBuffer ro, rl, ws, rdq, rdk, rdv, rbws;
+    alloc(ro, e * p.q_elems(), "the local step's O");
+    alloc(rl, 4 * p.lse_elems(), "the local step's L");
+    alloc(ws, fs->impl->workspace_bytes(p), "the local step's workspace");
+    ro.poison(cs);
+    rl.poison(cs);
+    ws.poison(cs);
+    fs->impl->forward(p, ForwardArgs{q.get(), home.get(), at(home, p.kv_elems(), e), ro.get(), rl.as<float>(), ws.get(), cs});
+    FL_CUDA(cudaGetLastError());
+    FL_CUDA(cudaStreamSynchronize(cs));
+    // The first `bytes` of b (the ring's L buffer is padded past the B·H·N values the step's has).
+    auto bytes_of = [&](const DeviceBuffer& b, size_t bytes) {
+      std::vector<uint8_t> x(bytes);
+      FL_CUDA(cudaMemcpy(x.data(), b.get(), bytes, cudaMemcpyDeviceToHost));
+      return x;
+    };
+    const size_t qb = e * size_t(p.q_elems()), lb = 4 * size_t(p.lse_elems()), kb = e * size_t(p.kv_elems());
+    // name, the ring's bytes, the local runs' bytes
+    std::vector<std::pair<std::string, std::pair<std::vector<uint8_t>, std::vector<std::vector<uint8_t>>>>> cmp;
+    cmp.push_back({"O", {bytes_of(o, qb), {bytes_of(ro, qb)}}});
+    cmp.push_back({"L", {bytes_of(lse, lb), {bytes_of(rl, lb)}}});
+    if (cfg.backward) {
+      alloc(rdq, e * p.q_elems(), "the local step's dQ");
+      alloc(rdk, e * p.kv_elems(), "the local step's dK");
+      alloc(rdv, e * p.kv_elems(), "the local step's dV");
+      alloc(rbws, bs->impl->backward_workspace_bytes(p), "the local step's backward workspace");
+      cmp.push_back({"dQ", {bytes_of(dq, qb), {}}});
+      cmp.push_back({"dK", {bytes_of(dk, kb), {}}});
+      cmp.push_back({"dV", {bytes_of(dv, kb), {}}});
+      for (int run = 0; run < 3; ++run) {
+        for (DeviceBuffer* b : {&rdq, &rdk, &rdv, &rbws}) b->poison(cs);
+        bs->impl->backward(p, BackwardArgs{q.get(), home.get(), at(home, p.kv_elems(), e), ro.get(), rl.as<float>(),
+                                           dO.get(), rdq.get(), rdk.get(), rdv.get(), rbws.get(), cs});
+        FL_CUDA(cudaGetLastError());
+        FL_CUDA(cudaStreamSynchronize(cs));
+        cmp[2].second.second.push_back(bytes_of(rdq, qb));
+        cmp[3].second.second.push_back(bytes_of(rdk, kb));
+        cmp[4].second.second.push_back(bytes_of(rdv, kb));
+      }
+    }
+    std::string note;
+    bool equal = true;
+    for (const auto& entry : cmp) {
+      const std::string& name = entry.first;
+      const std::vector<uint8_t>& ring = entry.second.first;
+      const std::vector<std::vector<uint8_t>>& local = entry.second.second;
+      const bool match = std::find(local.begin(), local.end(), ring) != local.end();
+      const bool reproducible = std::all_of(local.begin(), local.end(), [&](const auto& x) { return x == local[0]; });
+      std::string what;
+      if (match) {
+        what = name + " equal";
+      } else if (!reproducible) {
+        what = name + " not comparable bit for bit (" + std::to_string(local.size()) +
+               " runs of the local step differ among themselves: atomicAdd order; the rule judges it)";
+      } else {
+        size_t at_byte = 0;
+        while (ring[at_byte] == local[0][at_byte]) ++at_byte;
+        what = name + " DIFFERS (first at byte " + std::to_string(at_byte) + ")";
+        equal = false;
+      }
+      note += (note.empty() ? "" : ", ") + what;
+    }
+    rep->bitwise = equal ? 1 : 0;
+    std::snprintf(rep->bitwise_note, sizeof rep->bitwise_note, "%s", note.c_str());
+  }
+
+  // ---- Timing ------------------------------------------------------------------------------------
+  void time(bool backward, Timing* rep) {
+    const int steps = backward && G > 1 ? G + 1 : G;
+    std::vector<double> total, busy;
+    std::vector<std::vector<double>> comp(static_cast<size_t>(steps)), xfer(static_cast<size_t>(steps));
+    for (int it = 0; it < cfg.warmup + cfg.reps; ++it) {
+      barrier();
+      backward ? this->backward(false) : forward(false);
+      FL_CUDA(cudaEventSynchronize(ev_end));
+      FL_CUDA(cudaStreamSynchronize(xs));
+      if (it < cfg.warmup) continue;
+      float t = 0;
+      FL_CUDA(cudaEventElapsedTime(&t, ev_start, ev_end));
+      total.push_back(t);
+      double b = 0;
+      for (int s = 0; s < steps; ++s) {
+        if (s < G) {
+          FL_CUDA(cudaEventElapsedTime(&t, comp_begin[size_t(s)], comp_end[size_t(s)]));
+          comp[size_t(s)].push_back(t);
+          b += t;
+        }
+        const bool moved = G > 1 && (backward || s < G - 1);
+        if (moved) {
+          FL_CUDA(cudaEventElapsedTime(&t, comm_begin[size_t(s)], comm_end[size_t(s)]));
+          xfer[size_t(s)].push_back(t);
+        }
+      }
+      busy.push_back(b);
+    }
+    auto median = [](std::vector<double> v) {
+      if (v.empty()) return 0.0;
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    if (total.empty()) return;
+    std::vector<double> sorted = total;
+    std::sort(sorted.begin(), sorted.end());
+    rep->reps = int(total.size());
+    rep->total_median = sorted[sorted.size() / 2];
+    rep->total_min = sorted.front();
+    rep->total_p90 = sorted[std::min(sorted.size() - 1, size_t(std::ceil(0.9 * double(sorted.size()))) - 1)];
+    rep->busy_median = median(busy);
+    rep->steps = steps;
+    for (int s = 0; s < steps; ++s) {
+      rep->compute_ms[s] = median(comp[size_t(s)]);
+      rep->transfer_ms[s] = median(xfer[size_t(s)]);
+      rep->pairs[s] = s < G ? int(P.pairs(r, s).size()) : 0;
+    }
+  }
+};
+
+}  // namespace
+
+void make_unique_id(char id[kUniqueIdBytes]) {
+  ncclUniqueId uid;
+  FL_NCCL(ncclGetUniqueId(&uid));
+  std::memcpy(id, &uid, sizeof uid);
+}
+
+int device_count(std::string* why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (why) *why = std::string("no usable CUDA device: ") + cudaGetErrorString(e);
+    return 0;
+  }
+  if (n == 0 && why) *why = "no CUDA device on this machine";
+  return n;
+}
+
+void run_rank(const RankConfig& cfg, int rank, const char id[kUniqueIdBytes], const Inputs* in, SharedOutputs out,
+              RankReport* rep) {
+  const std::string who = "rank " + std::to_string(rank) + ": ";
+  FL_CUDA(cudaSetDevice(rank));
+  Rank R(cfg, rank);
+  try {
+    cudaDeviceProp prop{};
+    FL_CUDA(cudaGetDeviceProperties(&prop, rank));
+    std::snprintf(rep->device, sizeof rep->device, "%s", prop.name);
+    rep->sm_count = prop.multiProcessorCount;
+    int rt = 0, drv = 0;
+    FL_CUDA(cudaRuntimeGetVersion(&rt));
+    FL_CUDA(cudaDriverGetVersion(&drv));
+    std::snprintf(rep->cuda, sizeof rep->cuda, "%d.%d", rt / 1000, rt % 1000 / 10);
+    std::snprintf(rep->driver, sizeof rep->driver, "%d.%d", drv / 1000, drv % 1000 / 10);
+    R.setup();
+    std::snprintf(rep->fwd_step, sizeof rep->fwd_step, "%s", R.fs->folder.c_str());
+    if (R.bs) std::snprintf(rep->bwd_step, sizeof rep->bwd_step, "%s", R.bs->folder.c_str());
+    R.init_comm(id);
+    // A test hook (tests/ring_tests.cmake): this rank fails after the communicator is up, while its
+    // peers go on into NCCL calls that wait for it; the launcher must end them and name this rank.
+    if (const char* f = std::getenv("FLASHLADDER_RING_FAIL_RANK"); f && *f && std::atoi(f) == rank)
+      throw Error("failure injected by FLASHLADDER_RING_FAIL_RANK=" + std::string(f));
+    if (in && cfg.check) R.upload(*in);
+    else R.randomize();
+    if (cfg.check) {
+      R.barrier();
+      R.forward(true);
+      if (cfg.backward) R.backward(true);
+      FL_CUDA(cudaStreamSynchronize(R.cs));
+      FL_CUDA(cudaStreamSynchronize(R.xs));
+      R.write_out(out, cfg.backward);
+      if (cfg.bitwise_local) R.bitwise_local(rep);
+    } else if (cfg.backward) {
+      R.forward(false);  // the backward's O and L
+      FL_CUDA(cudaStreamSynchronize(R.cs));
+    }
+    if (cfg.reps > 0) {
+      R.time(false, &rep->fwd);
+      if (cfg.backward) R.time(true, &rep->bwd);  // on the O, L of the last timed forward
+    }
+    FL_CUDA(cudaDeviceSynchronize());
+  } catch (const std::exception& e) {
+    // Abort, not destroy: the peers may be inside an NCCL call that waits for this rank; aborting
+    // makes theirs fail (and the launcher ends them if they still wait).
+    if (R.comm) ncclCommAbort(R.comm);
+    R.comm = nullptr;
+    throw Error(who + e.what());
+  }
+  if (R.comm) FL_NCCL(ncclCommDestroy(R.comm));
+  R.comm = nullptr;
+  rep->ok = 1;
+}
+
+}  // namespace fl::ring
