@@ -362,6 +362,9 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
     wgmma::wait<0>();  // dK_j and dQ_i are complete: stage s (Q_i, dO_i) is no longer read
     wgmma::pin(dQ);
     wgmma::pin(dK_j);
+    // This thread's ordinary reads of L_i, D_i in stage s are ordered before the copy engine's next
+    // writes there (the bulk copies are the async proxy; the mbarrier alone orders the threads).
+    wgmma::fence_proxy_async();
     __syncwarp();
     if (lane == 0) tma::arrive(&empty[s]);
     // dQ_i → shared memory in the accumulator's layout (16-byte writes side by side), then one bulk add.
