@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""flashladder — scripts/bars.py: the benchmark bars of the open issues, computed from records.
+
+    scripts/bars.py --torch docs/results/X-torch.jsonl [--decode docs/results/Y-decode.jsonl] [--out FILE.md]
+
+From one run's records (scripts/compare_torch.py), per point of the FA2 sweep: our last forward rung
+against torch cuDNN and FLASH (issue 15: >= 0.9x cuDNN at N >= 2048, >= 1.0x FLASH at N >= 1024), our
+last backward rung and its deterministic mode against both (issue 16: the same bars); per point of the
+decode sweep: step 10 against both and its K+V bytes/s against the run's copy bandwidth (issue 17:
+>= 1.0x both and >= 85% of the copy at Nk >= 8192). Each row says whether it meets its bar, so a
+missed bar shows by how much. Standard library only: it runs anywhere the records are.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def key(r):
+    return (r["dtype"], r["d"], bool(r["causal"]), r["B"], r["H"], r.get("H_kv"), r["Nq"], r["Nk"])
+
+
+def index(records, pas):
+    out = {}
+    for r in records:
+        if r.get("pass") == pas and r.get("tflops"):
+            out.setdefault(r["impl"], {})[key(r)] = r  # the last record of a point wins
+    return out
+
+
+def mark(ok):
+    return "yes" if ok else "**no**"
+
+
+def fa2_table(records, pas, ours, bar_cudnn_n, bar_flash_n, extra=None):
+    by = index(records, pas)
+    if ours not in by:
+        return f"(no `{ours}` {pas} records)\n"
+    lines = [f"| dtype | d | causal | N | {ours} TFLOP/s | torch FLASH | torch cuDNN | / FLASH | / cuDNN |"
+             + (f" {extra} | {extra} / cuDNN |" if extra else "") + " bars met |",
+             "|---|--:|---|--:|--:|--:|--:|--:|--:|" + ("--:|--:|" if extra else "") + "---|"]
+    worst = None
+    for k in sorted(by[ours], key=lambda k: (k[0], k[1], k[2], k[6])):
+        o = by[ours][k]["tflops"]
+        fl = by.get("torch_flash", {}).get(k, {}).get("tflops")
+        cu = by.get("torch_cudnn", {}).get(k, {}).get("tflops")
+        n = k[6]
+        rf = o / fl if fl else float("nan")
+        rc = o / cu if cu else float("nan")
+        ok = (n < bar_flash_n or rf >= 1.0) and (n < bar_cudnn_n or rc >= 0.9)
+        if k[0] == "fp16" and n >= bar_cudnn_n and cu and (worst is None or rc < worst[0]):
+            worst = (rc, k)
+        row = f"| {k[0]} | {k[1]} | {'yes' if k[2] else 'no'} | {n} | {o:.1f} | {fl or float('nan'):.1f} | " \
+              f"{cu or float('nan'):.1f} | {rf:.2f} | {rc:.2f} |"
+        if extra:
+            e = by.get(extra, {}).get(k, {}).get("tflops")
+            row += f" {e or float('nan'):.1f} | {(e / cu) if e and cu else float('nan'):.2f} |"
+        lines.append(row + (f" {mark(ok)} |" if k[0] == "fp16" else " – (the bars are fp16's) |"))
+    if worst:
+        lines.append(f"\nLowest / cuDNN at N ≥ {bar_cudnn_n}: {worst[0]:.2f} ({worst[1][0]}, d = {worst[1][1]}, "
+                     f"{'causal' if worst[1][2] else 'non-causal'}, N = {worst[1][6]}).")
+    return "\n".join(lines) + "\n"
+
+
+def decode_table(records):
+    copy = [r for r in records if r.get("impl") == "d2d_copy"]
+    bw = copy[-1]["bytes_per_s"] if copy else None
+    by = index(records, "fwd")
+    ours = "10_split_kv"
+    if ours not in by:
+        return "(no 10_split_kv decode records)\n"
+    lines = [f"Device-to-device copy in the same run: {bw / 1e12:.2f} TB/s (read + write).\n" if bw else "",
+             "| B | H | H_kv | Nq | Nk | 10 TFLOP/s | 10 K+V TB/s | of copy | / FLASH | / cuDNN | bars met |",
+             "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
+    for k in sorted(by[ours], key=lambda k: (k[3], k[5], k[6], k[7])):
+        r = by[ours][k]
+        fl = by.get("torch_flash", {}).get(k, {}).get("tflops")
+        cu = by.get("torch_cudnn", {}).get(k, {}).get("tflops")
+        kv = r.get("kv_bytes_per_s")
+        if kv is None:  # K + V bytes over the median time
+            kv = 2 * r["B"] * r["H_kv"] * r["Nk"] * r["d"] * 2 / (r["median_ms"] * 1e-3)
+        frac = kv / bw if bw else float("nan")
+        rf = r["tflops"] / fl if fl else float("nan")
+        rc = r["tflops"] / cu if cu else float("nan")
+        ok = k[7] < 8192 or (rf >= 1.0 and rc >= 1.0 and frac >= 0.85)
+        lines.append(f"| {k[3]} | {k[4]} | {k[5]} | {k[6]} | {k[7]} | {r['tflops']:.1f} | {kv / 1e12:.2f} | "
+                     f"{100 * frac:.0f}% | {rf:.2f} | {rc:.2f} | {mark(ok)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--torch", help="records of scripts/compare_torch.py (the FA2 sweep)")
+    ap.add_argument("--decode", help="records of scripts/compare_torch.py --sweeps decode")
+    ap.add_argument("--fwd", default="08i_pingpong")
+    ap.add_argument("--bwd", default="09c_tma_warpspec")
+    ap.add_argument("--out", help="write the Markdown here (default: print)")
+    a = ap.parse_args()
+    if not a.torch and not a.decode:
+        ap.error("give --torch and/or --decode")
+    parts = ["<!-- Written by scripts/bars.py from the records named below; run it, do not edit. -->\n"]
+    if a.torch:
+        rec = load(a.torch)
+        meta = rec[0] if rec else {}
+        parts.append(f"# The bars of issues 15 and 16 (`{a.torch}`)\n\n{meta.get('device')}, commit "
+                     f"{meta.get('commit')}, {meta.get('date')}; FA2 sweep: hidden 2048 (H = 2048/d), B·N = 16384; "
+                     "TFLOP/s by the FlashAttention convention (backward 2.5× forward).\n")
+        parts.append(f"## Forward: {a.fwd} (bars: ≥ 0.9× cuDNN at N ≥ 2048, ≥ 1.0× FLASH at N ≥ 1024)\n")
+        parts.append(fa2_table(rec, "fwd", a.fwd, 2048, 1024))
+        parts.append(f"\n## Backward: {a.bwd} (the same bars), and its deterministic mode\n")
+        parts.append(fa2_table(rec, "bwd", a.bwd, 2048, 1024, extra=a.bwd + "+deterministic"))
+    if a.decode:
+        rec = load(a.decode)
+        meta = next((r for r in rec if r.get("impl") != "d2d_copy"), {})
+        parts.append(f"\n# The bars of issue 17 (`{a.decode}`)\n\n{meta.get('device')}, commit {meta.get('commit')}, "
+                     f"{meta.get('date')}; d = 128, fp16, H = 32 (bars at Nk ≥ 8192: ≥ 1.0× FLASH and cuDNN, "
+                     "K+V at ≥ 85% of the copy bandwidth).\n")
+        parts.append(decode_table(rec))
+    text = "\n".join(parts)
+    if a.out:
+        with open(a.out, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
