@@ -81,15 +81,10 @@ int run_bench(const BenchOptions& o) {
   auto dev = gpu_device(&why);
   if (!dev) throw Error("the benchmark needs a CUDA device: " + why);
   Environment env = gpu_environment();
-  std::ofstream json;
-  if (!o.json.empty()) {
-    json.open(o.json, std::ios::app);
-    if (!json) throw Error("cannot open '" + o.json + "' for writing");
-  }
+  RecordFile json(o.json);
   auto emit = [&](nlohmann::json r) {
     r["suite"] = "bench";
-    if (json) json << r.dump() << "\n";
-    json.flush();
+    json.write(r);
   };
   std::cout << "flashladder bench on " << env.device << " (" << env.sm_count << " SMs, CUDA " << env.cuda << ", driver "
             << env.driver << "), commit " << env.commit << "\n"
@@ -196,6 +191,7 @@ int run_bench(const BenchOptions& o) {
         }
       }
   }
+  json.close();
   return 0;
 }
 

@@ -13,7 +13,10 @@ namespace fl::cli {
 
 /// Problem options shared by every subcommand that runs attention.
 struct ProblemOptions {
-  int64_t B = 2, H = 8, H_kv = 0 /* 0: = H */, N = 2048, Nq = 0, Nk = 0 /* 0: = N */, d = 64;
+  int64_t B = 2, H = 8, N = 2048, d = 64;
+  // Unset means "= H" and "= N". Optional rather than 0-for-unset, so that an explicit
+  // `--nq 0` is refused by problem() instead of silently meaning N.
+  std::optional<int64_t> H_kv, Nq, Nk;
   bool causal = false;
   std::optional<double> scale;  // empty: the default 1/sqrt(d)
   std::string dtype = "fp16";

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "app/record.hpp"
 #include "reference/verify.hpp"
@@ -29,16 +30,32 @@ void ProblemOptions::add_to(CLI::App& app) {
   app.add_option("--scale", scale, "Softmax scale (default 1/sqrt(d))");
   app.add_option("--dtype", dtype, "Storage type of GPU steps: fp16, bf16 or fp32 (CPU steps use fp32)")
       ->capture_default_str();
-  app.add_option("--seed", seed, "Seed of the random inputs")->capture_default_str();
+  // CLI11 converts "-1" to 2^64 - 1 for an unsigned option; a seed is refused unless it is written
+  // as a plain non-negative integer.
+  app.add_option("--seed", seed, "Seed of the random inputs, an integer from 0 to 2^64 - 1")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+              return "seed '" + s + "' is not allowed: it must be an integer from 0 to 2^64 - 1";
+            return "";
+          },
+          "UINT64"));
 }
 
 Problem ProblemOptions::problem() const {
   Problem p;
   p.B = B;
   p.H = H;
-  p.H_kv = H_kv ? H_kv : H;
-  p.Nq = Nq ? Nq : N;
-  p.Nk = Nk ? Nk : N;
+  // An option given explicitly is judged as given, named as the user wrote it.
+  for (auto [name, what, v] : {std::tuple{"--heads-kv", "key/value heads H_kv", H_kv},
+                               std::tuple{"--nq", "query length Nq", Nq}, std::tuple{"--nk", "key length Nk", Nk}})
+    if (v && *v < 1)
+      throw Error(std::string(name) + " " + std::to_string(*v) + " is not allowed: the " + what +
+                  " must be at least 1 (leave the option out for the default)");
+  p.H_kv = H_kv.value_or(H);
+  p.Nq = Nq.value_or(N);
+  p.Nk = Nk.value_or(N);
   p.d = d;
   p.causal = causal;
   p.scale = scale;  // a NaN, zero or negative scale is refused by validate(), with the reason
@@ -151,12 +168,8 @@ int run_ladder(const LadderOptions& o) {
   bool any_cpu = false, any_gpu = false;
   for (const Step* s : steps) (s->gpu() ? any_gpu : any_cpu) = true;
 
-  std::ofstream json;
-  if (!o.json.empty()) {
-    json.open(o.json, std::ios::app);
-    if (!json) throw Error("cannot open '" + o.json + "' for writing");
-  }
-  auto emit = [&](const nlohmann::json& r) { if (json) json << r.dump() << "\n"; };
+  RecordFile json(o.json);
+  auto emit = [&](const nlohmann::json& r) { json.write(r); };
 
   std::cout << "flashladder: " << (have_gpu ? env.device + " (" + std::to_string(env.sm_count) + " SMs, CUDA " + env.cuda + ", driver " + env.driver + ")" : "no GPU: " + gpu_why)
             << "; CPU " << cpu_env.device << "; commit " << env.commit << "\n";
@@ -261,6 +274,7 @@ int run_ladder(const LadderOptions& o) {
     }
     print_table(rows);
   }
+  json.close();
   if (!all_pass) std::cout << "\nSome steps FAILED their check against the oracle (details above).\n";
   return all_pass ? 0 : 1;
 }
