@@ -2,6 +2,7 @@
 #include <Eigen/Dense>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -64,6 +65,43 @@ Problem ProblemOptions::problem() const {
   p.dtype = *t;
   p.validate();
   return p;
+}
+
+bool gpu_required(bool flag) {
+  const char* v = std::getenv("FLASHLADDER_REQUIRE_GPU");
+  return flag || (v && *v && std::string(v) != "0");
+}
+
+int Tally::finish(bool checked_run, const std::string& gpu_why, bool require_gpu) const {
+  std::ostringstream s;
+  auto part = [&](int n, const std::string& what) {
+    if (n) s << (s.tellp() > 0 ? ", " : "") << n << " " << what;
+  };
+  part(passed, "passed");
+  part(failed, "FAILED");
+  part(unchecked, "ran unchecked");
+  part(errors, "ERROR");
+  part(no_gpu, "not run: no GPU");
+  part(refused, "not run: refused for this problem");
+  std::cout << "\nsteps: " << s.str() << "\n";
+  if (no_gpu) std::cout << "no GPU: " << gpu_why << "\n";
+  const bool ran = passed + failed + unchecked + errors > 0;
+  if (failed || errors) {
+    std::cout << (checked_run ? "SOME CHECKS FAILED" : "Some steps hit an ERROR") << " (details above)\n";
+    return 1;
+  }
+  if (no_gpu && require_gpu) {
+    std::cout << "A GPU is required (--require-gpu or FLASHLADDER_REQUIRE_GPU): " << no_gpu
+              << " GPU step(s) could not run\n";
+    return 1;
+  }
+  if (!ran) {
+    std::cout << "no step ran: nothing was checked\n";
+    return 1;
+  }
+  std::cout << (checked_run ? "all checks passed" : "every step that ran completed (unchecked: --no-check)")
+            << (no_gpu + refused ? " (steps not run are listed above)" : "") << "\n";
+  return 0;
 }
 
 namespace {
@@ -200,7 +238,7 @@ int run_ladder(const LadderOptions& o) {
             << o.time.reps << " after " << o.time.warmup << " warm-ups.\n";
 
   if (Ns.empty()) Ns.push_back(0);
-  bool all_pass = true;
+  Tally tally;
   for (int64_t N : Ns) {
     Problem p0 = base;
     if (N) p0.Nq = p0.Nk = N;
@@ -219,20 +257,29 @@ int run_ladder(const LadderOptions& o) {
         r.step = s->folder + (bwd ? " bwd" : "");
         r.change = s->change;
         r.dtype = dtype_name(p.dtype);
-        std::string why = s->refusal(p);
-        if (why.empty() && s->gpu() && !have_gpu) why = "needs a CUDA device: " + gpu_why;
-        if (!why.empty()) {
-          r.status = "not run: " + why;
+        // One wording for every GPU step without a GPU; the reason is printed once, in the summary.
+        if (s->gpu() && !have_gpu) {
+          r.status = "not run: no GPU";
+          ++tally.no_gpu;
           rows.push_back(r);
           continue;
         }
+        std::string why = s->refusal(p);
+        if (!why.empty()) {
+          r.status = "not run: " + why;
+          ++tally.refused;
+          rows.push_back(r);
+          continue;
+        }
+        const int key = int(p.dtype);
+        if (!o.no_check && !inputs.count(key)) {
+          // Outside the step's try: a problem without a finite baseline is bad input (exit 2).
+          inputs.emplace(key, make_inputs(p, o.prob.seed));
+          expected.emplace(key, expected_for(inputs.at(key), o.backward));
+          require_finite_baseline(inputs.at(key), expected.at(key), o.backward);
+        }
         try {
           if (!o.no_check) {
-            const int key = int(p.dtype);
-            if (!inputs.count(key)) {
-              inputs.emplace(key, make_inputs(p, o.prob.seed));
-              expected.emplace(key, expected_for(inputs.at(key), o.backward));
-            }
             Outputs got = run_step(*s, inputs.at(key), bwd);
             Verdict v = verify(inputs.at(key), got, expected.at(key), bwd);
             r.checked = true;
@@ -243,7 +290,9 @@ int run_ladder(const LadderOptions& o) {
               r.max_err = std::max(r.max_err, c.max_err);
               if (!c.pass) std::cerr << s->folder << ": " << c.summary() << "\n";
             }
-            all_pass = all_pass && v.pass;
+            ++(v.pass ? tally.passed : tally.failed);
+          } else {
+            ++tally.unchecked;
           }
           TimeOptions t = o.time;
           t.seed = o.prob.seed;
@@ -267,7 +316,7 @@ int run_ladder(const LadderOptions& o) {
         } catch (const Error& e) {
           r.ran = false;
           r.status = std::string("ERROR: ") + e.what();
-          all_pass = false;
+          ++tally.errors;
         }
         rows.push_back(r);
       }
@@ -275,8 +324,7 @@ int run_ladder(const LadderOptions& o) {
     print_table(rows);
   }
   json.close();
-  if (!all_pass) std::cout << "\nSome steps FAILED their check against the oracle (details above).\n";
-  return all_pass ? 0 : 1;
+  return tally.finish(!o.no_check, gpu_why, gpu_required(o.require_gpu));
 }
 
 int list_steps(bool names_only, bool gpu_only, int64_t head_dim) {

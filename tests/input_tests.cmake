@@ -57,3 +57,23 @@ else()
   add_test(NAME cli.golden_broken_setup COMMAND ${CMAKE_COMMAND} -E echo "skipped: python3 not found")
   set_tests_properties(cli.golden_broken_setup PROPERTIES SKIP_REGULAR_EXPRESSION "skipped: python3 not found")
 endif()
+
+# --- The newcomer's path: steps that could not run are not failures ------------------------------
+# Exit 0 with or without a GPU: without one the GPU steps are "not run: no GPU" and the CPU steps pass.
+fl_cli_exit(check_newcomer 0 "01_cpu_standard: pass.*02_cpu_online_softmax: pass.*all checks passed" check -N 16 -B 1 -H 2 -d 64)
+fl_cli_exit(ladder_no_check 0 "every step that ran completed \\(unchecked: --no-check\\)"
+            -N 16 -B 1 -H 1 -d 64 --no-check --reps 1 --warmup 0)
+# A baseline that overflows is the problem's fault (bad input), not the step's.
+fl_cli_exit(scale_overflow 2 "no tolerance can be given for .*scale=1e\\+38.*baseline's O is not finite" check --steps 01 -N 16 --scale 1e38)
+if(NOT FLASHLADDER_HAVE_CUDA)
+  # Without CUDA every GPU step is "not run: no GPU"; a required GPU turns that into exit 1.
+  fl_cli_exit(check_no_gpu_listed 0 "05_fa2_lse: not run: no GPU.*steps: 1 passed, 1 not run: no GPU" check -N 16 --steps 01,05)
+  fl_cli_exit(check_require_gpu_env 1 "A GPU is required \\(--require-gpu or FLASHLADDER_REQUIRE_GPU\\): 1 GPU step" check -N 16 --steps 01,05)
+  set_tests_properties(cli.check_require_gpu_env PROPERTIES ENVIRONMENT FLASHLADDER_REQUIRE_GPU=1)
+  fl_cli_exit(check_require_gpu_flag 1 "A GPU is required" check -N 16 --steps 01,05 --require-gpu)
+  fl_cli_exit(check_nothing_ran 1 "no step ran: nothing was checked" check -N 16 --steps 05)
+endif()
+# oracle check's table: a huge fraction of the tolerance still leaves its columns apart.
+fl_cli_exit(oracle_check_columns 1 "o    FAIL +[0-9.e+-]+ +[0-9.e+-]+ +[0-9.e+]+% +0 +0  \\(0, 0,"
+            oracle check --golden ${G}/golden --candidate ${G}/other)
+set_tests_properties(cli.oracle_check_columns PROPERTIES FIXTURES_REQUIRED "fl_golden;fl_golden_other")
