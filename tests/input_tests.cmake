@@ -3,17 +3,21 @@
 # Included from tests/CMakeLists.txt after oracle_tests.cmake.
 
 # --- Row 1: the oracle's memory is O(N) -----------------------------------------------------------
-# N = 16384 under a 3 GiB address-space cap: the whole-matrix oracle needed 2 GiB for S alone (and as
-# much for P), so before issue 13 this died with std::bad_alloc; the blocked oracle needs a few
-# MiB per thread. `oracle generate` runs the backward and both baselines too.
+# Under an address-space cap that the whole-matrix oracle cannot meet (checked by hand: it dies with
+# std::bad_alloc inside its OpenMP region, exit 134, under both caps below), the blocked oracle
+# passes. check at N = 16384 under 3 GiB: S alone was 2 GiB of doubles, and P as much. generate at
+# N = 8192, d = 8 under 1.5 GiB: it runs the backward (P, dP, dS of 512 MiB each) and both
+# baselines. Two threads and two malloc arenas, so the cap measures the oracle and not the
+# per-thread reservations of a many-core machine.
 set(FL_MEMCAP ${CMAKE_CURRENT_SOURCE_DIR}/with_memory_limit.sh)
 add_test(NAME cli.oracle_memory_check COMMAND ${CMAKE_COMMAND} -DCMD=${FL_MEMCAP}
          "-DARGS=3145728;$<TARGET_FILE:flashladder>;check;-N;16384;-B;1;-H;1;--steps;02"
          "-DRC=0" "-DEXPECT=02_cpu_online_softmax: pass.*all checks passed" -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake)
 add_test(NAME cli.oracle_memory_generate COMMAND ${CMAKE_COMMAND} -DCMD=${FL_MEMCAP}
-         "-DARGS=3145728;$<TARGET_FILE:flashladder>;oracle;generate;--out;${G}/long;-N;16384;-B;1;-H;1;-d;8"
+         "-DARGS=1572864;$<TARGET_FILE:flashladder>;oracle;generate;--out;${G}/long;-N;8192;-B;1;-H;1;-d;8"
          "-DRC=0" "-DEXPECT=wrote 9 tensors and manifest.json" -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake)
-set_tests_properties(cli.oracle_memory_check cli.oracle_memory_generate PROPERTIES TIMEOUT 900)
+set_tests_properties(cli.oracle_memory_check cli.oracle_memory_generate PROPERTIES TIMEOUT 900
+                     ENVIRONMENT "OMP_NUM_THREADS=2;MALLOC_ARENA_MAX=2")
 
 # --- Row 2: 0 is not "unset" ----------------------------------------------------------------------
 fl_cli_exit(nq_zero 2 "--nq 0 is not allowed: the query length Nq must be at least 1" check --steps 01 -N 16 --nq 0)
