@@ -354,11 +354,30 @@ int show_diff(const std::string& name) {
   size_t idx = size_t(s - L.data());
   if (idx == 0) throw Error("step " + s->folder + " is the first step; there is nothing before it to diff against");
   const Step& prev = L[idx - 1];
-  auto source = [](const Step& st) {
-    fs::path dir = fs::path(FLASHLADDER_SOURCE_DIR) / "steps" / st.folder;
-    for (const char* f : {"attention.cu", "attention.cpp"})
-      if (fs::exists(dir / f)) return dir / f;
-    throw Error("no attention.cu or attention.cpp in " + dir.string());
+  // The step sources: installed beside the program (PREFIX/share/flashladder/steps, found from
+  // /proc/self/exe, so a moved or installed program finds its own), else the source tree it was
+  // built from.
+  std::vector<fs::path> roots;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    // PREFIX/bin/flashladder -> PREFIX/share/flashladder/steps
+    fs::path prefix = exe.parent_path();
+    for (const fs::path& part : fs::path(FLASHLADDER_INSTALL_BINDIR)) {
+      (void)part;
+      prefix = prefix.parent_path();
+    }
+    roots.push_back(prefix / FLASHLADDER_INSTALL_DATADIR / "flashladder" / "steps");
+  }
+  roots.push_back(fs::path(FLASHLADDER_SOURCE_DIR) / "steps");
+  auto source = [&](const Step& st) {
+    for (const fs::path& root : roots)
+      for (const char* f : {"attention.cu", "attention.cpp"})
+        if (fs::exists(root / st.folder / f)) return root / st.folder / f;
+    std::string where;
+    for (const fs::path& root : roots) where += " " + (root / st.folder).string();
+    throw Error("flashladder diff needs the step sources: no attention.cu or attention.cpp in" + where +
+                " (install the program with 'cmake --install', which installs them, or run it from its build tree)");
   };
   const std::string a = source(prev).string(), b = source(*s).string();
   const std::string cmd = "diff -u '" + a + "' '" + b + "'";
