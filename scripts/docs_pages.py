@@ -83,16 +83,18 @@ def _convert_inline(text: str, links: Links, page_dir: str) -> str:
         return m.group(0) if name in HTML_TAGS else "&lt;" + m.group(1) + m.group(2)
     text = re.sub(r"<(/?)([A-Za-z][\w-]*)", tag, text)
 
-    def link(m):
-        bang, label, target = m.group(1), m.group(2), m.group(3).strip()
-        new = links.rewrite(target, page_dir)
-        if new is None:  # not part of the site: name the file instead of leaving a dead link
-            if bang:
-                return f"*(image {target} not found)*"
-            rel = os.path.normpath(os.path.join(page_dir, target)).replace(os.sep, "/")
-            return f"`{rel}`" if label.strip("`") in (rel, os.path.basename(rel)) else f"{label} (`{rel}`)"
-        return f"{bang}[{label}]({new})"
-    return re.sub(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)", link, text)
+    return re.sub(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)",
+                  lambda m: _link(m.group(1), m.group(2), m.group(3).strip(), links, page_dir), text)
+
+
+def _link(bang: str, label: str, target: str, links: Links, page_dir: str) -> str:
+    new = links.rewrite(target, page_dir)
+    if new is None:  # not part of the site: name the file instead of leaving a dead link
+        if bang:
+            return f"*(image {target} not found)*"
+        rel = os.path.normpath(os.path.join(page_dir, target)).replace(os.sep, "/")
+        return f"`{rel}`" if label.strip("`") in (rel, os.path.basename(rel)) else f"{label} (`{rel}`)"
+    return f"{bang}[{label}]({new})"
 
 
 def _split_code_spans(line: str):
@@ -217,7 +219,23 @@ def _unpaired_dollar(line: str) -> bool:
     return n % 2 == 1
 
 
+# A link whose label is a code span ([`attention.cu`](attention.cu)): rewritten whole, before the line
+# is cut at code spans, which would leave "[" and "](attention.cu)" in separate pieces and the
+# relative target unrewritten (a dead link on the site).
+CODE_LABEL_LINK = re.compile(r"(!?)\[(`+[^`\]]+?`+)\]\(([^)\s]+)\)")
+
+
 def _convert_prose(line: str, links: Links, page_dir: str) -> str:
+    out, pos = [], 0
+    for m in CODE_LABEL_LINK.finditer(line):
+        out.append(_convert_prose_pieces(line[pos:m.start()], links, page_dir))
+        out.append(_link(m.group(1), m.group(2), m.group(3), links, page_dir))
+        pos = m.end()
+    out.append(_convert_prose_pieces(line[pos:], links, page_dir))
+    return "".join(out)
+
+
+def _convert_prose_pieces(line: str, links: Links, page_dir: str) -> str:
     pieces = []
     for is_code, text in _split_code_spans(line):
         if is_code:
