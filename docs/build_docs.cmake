@@ -30,6 +30,10 @@ if(NOT EXISTS "${mj}/MathJax.js")
   file(COPY "${MATHJAX}/localization/en" DESTINATION "${mj}/localization")
 endif()
 
+# The notebooks, linked from the pages (docs/golden_sets.md links oracle_loop.ipynb).
+file(GLOB notebooks "${ROOT}/notebooks/*.ipynb")
+file(COPY ${notebooks} DESTINATION "${OUT}/html/notebooks")
+
 file(REMOVE "${OUT}/warnings.log")
 execute_process(COMMAND "${DOXYGEN}" "${DOXYFILE}" WORKING_DIRECTORY "${ROOT}" RESULT_VARIABLE rc)
 set(warnings "")

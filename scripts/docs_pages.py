@@ -31,7 +31,7 @@ import fl_results as flr  # noqa: E402
 
 # The theory pages, in reading order: docs/<name>.md.
 THEORY = ["memory_and_roofline", "io_complexity", "online_softmax", "fa1_vs_fa2", "backward", "conventions",
-          "glossary"]
+          "glossary", "golden_sets"]
 NOT_YET = "not yet measured"
 
 # ------------------------------------------------------------------------------------------------------
@@ -65,6 +65,8 @@ class Links:
             name = parts[1][:-3]
             if name in THEORY:
                 return f"@ref theory_{name}" + (f"#{anchor}" if anchor else "")
+        if re.fullmatch(r"notebooks/[\w-]+\.ipynb", rel) and os.path.exists(os.path.join(self.root, rel)):
+            return rel  # build_docs.cmake copies notebooks/*.ipynb into the site's notebooks/
         if rel.startswith("docs/img/") and os.path.exists(os.path.join(self.root, rel)):
             return os.path.basename(rel)  # IMAGE_PATH holds docs/img; Doxygen copies it by its name
         if os.path.isfile(os.path.join(self.root, rel)) and re.search(r"\.(hpp|cpp|cu|cuh)$", rel):
@@ -554,6 +556,7 @@ def main_page(root: str, links: Links) -> str:
         title = re.sub(r"[`*]", "", m.group(1)).strip()
     return (f"\\mainpage {title}\n\n{body}\n\n"
             "Read on: @ref ladder \"the ladder, one page per step\" · @ref theory \"the theory pages\" · "
+            "@ref theory_golden_sets \"check your own kernel (golden sets)\" · "
             "the API under *Namespaces* and *Files*.\n")
 
 
