@@ -85,6 +85,17 @@ def main() -> int:
         for o in cell.get("outputs", []):
             if o.get("output_type") == "stream":
                 sys.stdout.write("".join(o.get("text", [])))
+    # A notebook that writes figures must also show them: a figure closed before its cell ends is
+    # written to disk but missing from the notebook a reader opens.
+    img_dir = env["FLASHLADDER_IMG_DIR"]
+    pngs = [f for f in os.listdir(img_dir) if f.endswith(".png")] if os.path.isdir(img_dir) else []
+    shown = sum(1 for cell in done.get("cells", []) for o in cell.get("outputs", [])
+                if o.get("output_type") in ("display_data", "execute_result") and "image/png" in o.get("data", {}))
+    if pngs and not shown:
+        print(f"FAIL: {a.notebook} wrote {len(pngs)} figure(s) to {img_dir} but shows none (closed before display?)")
+        return 1
+    if pngs:
+        print(f"{a.notebook}: {shown} figure(s) shown, {len(pngs)} written")
     print(f"PASS: {a.notebook} executed; the executed copy is in {out}")
     return 0
 
