@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -290,15 +291,9 @@ Manifest read_manifest(const std::string& dir) {
   const std::string where = (fs::path(dir) / "manifest.json").string();
   std::ifstream f(where);
   if (!f) throw Error(where + ": cannot be opened (is " + dir + " a folder made by 'flashladder oracle generate'?)");
-  json j;
-  RawFloats raw;
-  try {
-    RecordingSax sax(j, raw);
-    json::sax_parse(f, &sax);
-  } catch (const json::exception& e) {
-    throw Error(where + ": not valid JSON: " + e.what());
-  }
-  return parse_manifest(j, raw, where);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (f.bad()) throw Error(where + ": read failed");
+  return parse_manifest_text(text, where);
 }
 
 Manifest parse_manifest_text(const std::string& text, const std::string& where) {
