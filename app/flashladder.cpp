@@ -10,7 +10,9 @@
 //   flashladder run             one step on the .npy inputs of a golden folder, outputs as .npy
 //   flashladder --help, flashladder SUBCOMMAND --help
 //
-// Exit status: 0 all good; 1 a check failed; 2 bad input (named in the message).
+// Exit status: 0 all good; 1 a check failed (or a step hit an error, or no step ran); 2 bad input
+// (named in the message). A GPU step that cannot run here ("not run: no GPU") is not a failure
+// unless --require-gpu or FLASHLADDER_REQUIRE_GPU=1 says a GPU is required.
 #include <iostream>
 #include <new>
 
