@@ -74,7 +74,7 @@ Mat<double> probs_from_lse(const Inputs& in, const Forward& f, int64_t b, int64_
 
 Blocking blocking_for(const Problem& p, Blocking asked) {
   if (asked.rows <= 0 && asked.cols <= 0) {
-    if (p.Nq * p.Nk <= kWholeEntries) return {p.Nq, p.Nk};
+    if (p.Nk <= kWholeEntries / p.Nq) return {p.Nq, p.Nk};  // Nq·Nk <= 2^24, without overflowing int64
     return {std::min(p.Nq, kRows), std::min(p.Nk, kCols)};
   }
   return {asked.rows > 0 ? std::min(asked.rows, p.Nq) : p.Nq, asked.cols > 0 ? std::min(asked.cols, p.Nk) : p.Nk};

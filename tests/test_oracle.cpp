@@ -284,6 +284,9 @@ TEST(Oracle, DefaultBlocking) {
   p.Nk = 16;
   EXPECT_EQ(ref::blocking_for(p).rows, 256);
   EXPECT_EQ(ref::blocking_for(p).cols, 16);
+  p.Nq = p.Nk = int64_t(1) << 33;  // Nq·Nk = 2^66 would overflow int64: still blocked, never "whole"
+  EXPECT_EQ(ref::blocking_for(p).rows, 256);
+  EXPECT_EQ(ref::blocking_for(p).cols, 2048);
 }
 
 }  // namespace
