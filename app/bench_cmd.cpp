@@ -35,28 +35,34 @@ std::vector<const Step*> pick(const std::string& list, bool gpu_only) {
 
 }  // namespace
 
-int run_check(const ProblemOptions& po, const std::string& steps, bool backward) {
+int run_check(const ProblemOptions& po, const std::string& steps, bool backward, bool require_gpu) {
   Problem p0 = po.problem();
-  bool all = true;
+  Tally tally;
+  std::string gpu_why;
+  const bool have_gpu = gpu_device(&gpu_why).has_value();
   std::map<int, std::pair<Inputs, Expected>> cache;
   for (const Step* s : pick(steps, false)) {
     Problem p = p0;
     if (!s->gpu() && !s->supports_dtype(p.dtype)) p.dtype = DType::f32;
     const bool bwd = backward && s->backward;
-    std::string why = s->refusal(p);
-    if (why.empty() && s->gpu()) {
-      std::string gw;
-      if (!gpu_device(&gw)) why = "needs a CUDA device: " + gw;
+    // A step that could not run is not a failure (a newcomer's `check` without a GPU passes on the
+    // CPU steps), unless a GPU is required: Tally::finish decides.
+    if (s->gpu() && !have_gpu) {
+      std::cout << s->folder << ": not run: no GPU\n";
+      ++tally.no_gpu;
+      continue;
     }
+    const std::string why = s->refusal(p);
     if (!why.empty()) {
       std::cout << s->folder << ": not run: " << why << "\n";
-      all = false;  // `check` is asked for explicitly: a step that cannot run is not a pass
+      ++tally.refused;
       continue;
     }
     const int key = int(p.dtype);
     if (!cache.count(key)) {
       Inputs in = make_inputs(p, po.seed);
       Expected e = expected_for(in, backward);
+      require_finite_baseline(in, e, backward);  // bad input (exit 2), not the step's failure
       cache.emplace(key, std::make_pair(std::move(in), std::move(e)));
     }
     auto& [in, e] = cache.at(key);
@@ -66,14 +72,13 @@ int run_check(const ProblemOptions& po, const std::string& steps, bool backward)
       std::cout << s->folder << ": " << (v.pass ? "pass" : "FAIL") << " (" << p.describe() << ", seed " << in.seed
                 << ")\n";
       for (const Check& c : v.checks) std::cout << "  " << c.summary() << "\n";
-      all = all && v.pass;
+      ++(v.pass ? tally.passed : tally.failed);
     } catch (const Error& err) {
       std::cout << s->folder << ": ERROR: " << err.what() << "\n";
-      all = false;
+      ++tally.errors;
     }
   }
-  std::cout << (all ? "all checks passed\n" : "SOME CHECKS FAILED\n");
-  return all ? 0 : 1;
+  return tally.finish(true, gpu_why, gpu_required(require_gpu));
 }
 
 int run_bench(const BenchOptions& o) {
@@ -81,15 +86,10 @@ int run_bench(const BenchOptions& o) {
   auto dev = gpu_device(&why);
   if (!dev) throw Error("the benchmark needs a CUDA device: " + why);
   Environment env = gpu_environment();
-  std::ofstream json;
-  if (!o.json.empty()) {
-    json.open(o.json, std::ios::app);
-    if (!json) throw Error("cannot open '" + o.json + "' for writing");
-  }
+  RecordFile json(o.json);
   auto emit = [&](nlohmann::json r) {
     r["suite"] = "bench";
-    if (json) json << r.dump() << "\n";
-    json.flush();
+    json.write(r);
   };
   std::cout << "flashladder bench on " << env.device << " (" << env.sm_count << " SMs, CUDA " << env.cuda << ", driver "
             << env.driver << "), commit " << env.commit << "\n"
@@ -234,6 +234,7 @@ int run_bench(const BenchOptions& o) {
         }
       }
   }
+  json.close();
   return 0;
 }
 

@@ -13,7 +13,10 @@ namespace fl::cli {
 
 /// Problem options shared by every subcommand that runs attention.
 struct ProblemOptions {
-  int64_t B = 2, H = 8, H_kv = 0 /* 0: = H */, N = 2048, Nq = 0, Nk = 0 /* 0: = N */, d = 64;
+  int64_t B = 2, H = 8, N = 2048, d = 64;
+  // Unset means "= H" and "= N". Optional rather than 0-for-unset, so that an explicit
+  // `--nq 0` is refused by problem() instead of silently meaning N.
+  std::optional<int64_t> H_kv, Nq, Nk;
   bool causal = false;
   bool deterministic = false;
   std::optional<double> scale;  // empty: the default 1/sqrt(d)
@@ -23,6 +26,20 @@ struct ProblemOptions {
   Problem problem() const;  // throws fl::Error naming a bad field
 };
 
+/// Whether a GPU step that cannot run here (no GPU, or a build without CUDA) is a failure: with
+/// --require-gpu, or FLASHLADDER_REQUIRE_GPU set to anything but "" or "0" (the device script sets
+/// it; the test suite's GPU gate reads the same variable). Otherwise such a step is "not run: no
+/// GPU", reported and not counted against the exit status.
+bool gpu_required(bool flag);
+
+/// What a `check` or ladder run did with its steps, and the exit status that follows: 1 when a
+/// check failed, a step hit an error, no step ran at all, or a GPU step could not run while a GPU
+/// is required; else 0. Prints the summary lines.
+struct Tally {
+  int passed = 0, failed = 0, unchecked = 0, errors = 0, no_gpu = 0, refused = 0;
+  int finish(bool checked_run, const std::string& gpu_why, bool require_gpu) const;
+};
+
 struct LadderOptions {
   ProblemOptions prob;
   std::string steps;                // comma list; empty = every step
@@ -30,6 +47,7 @@ struct LadderOptions {
   std::string json;                 // JSONL output path
   bool backward = false;
   bool no_check = false;
+  bool require_gpu = false;
   TimeOptions time;
 };
 
@@ -46,7 +64,7 @@ struct BenchOptions {
 };
 int run_bench(const BenchOptions& o);
 /// Steps against the oracle on one problem, untimed (what compute-sanitizer runs). Exit 1 on a failure.
-int run_check(const ProblemOptions& po, const std::string& steps, bool backward);
+int run_check(const ProblemOptions& po, const std::string& steps, bool backward, bool require_gpu = false);
 /// The step list; with names_only, a comma-separated list of folders (for scripts), filtered.
 int list_steps(bool names_only = false, bool gpu_only = false, int64_t head_dim = 0);
 int show_diff(const std::string& step);

@@ -11,7 +11,9 @@
 //   flashladder ring            step 11: ring attention on G GPUs over NCCL (app/ring_cmd.cpp)
 //   flashladder --help, flashladder SUBCOMMAND --help
 //
-// Exit status: 0 all good; 1 a check failed; 2 bad input (named in the message).
+// Exit status: 0 all good; 1 a check failed (or a step hit an error, or no step ran); 2 bad input
+// (named in the message). A GPU step that cannot run here ("not run: no GPU") is not a failure
+// unless --require-gpu or FLASHLADDER_REQUIRE_GPU=1 says a GPU is required.
 #include <iostream>
 #include <new>
 
@@ -35,6 +37,8 @@ int main(int argc, char** argv) {
     a.add_option("--json", lad.json, "Write one JSON record per timed row to this file (JSON lines)");
     a.add_flag("--backward", lad.backward, "Also time the backward of steps that have one");
     a.add_flag("--no-check", lad.no_check, "Skip the oracle check (for problems too large for the CPU oracle)");
+    a.add_flag("--require-gpu", lad.require_gpu,
+               "A GPU step that cannot run here is a failure (also FLASHLADDER_REQUIRE_GPU=1)");
     a.add_option("--reps", lad.time.reps, "Timed repetitions; the median is reported")->capture_default_str();
     a.add_option("--warmup", lad.time.warmup, "Untimed warm-up repetitions")->capture_default_str();
   };
@@ -53,10 +57,14 @@ int main(int argc, char** argv) {
   ProblemOptions chk_prob;
   std::string chk_steps;
   bool chk_bwd = false;
-  CLI::App* check = app.add_subcommand("check", "Run steps once against the oracle, untimed (exit 1 on any failure)");
+  CLI::App* check = app.add_subcommand(
+      "check", "Run steps once against the oracle, untimed (exit 1 on a failure; steps without a GPU are 'not run')");
   chk_prob.add_to(*check);
   check->add_option("--steps", chk_steps, "Comma-separated steps; default: all");
   check->add_flag("--backward", chk_bwd, "Also check the backward of steps that have one");
+  bool chk_require_gpu = false;
+  check->add_flag("--require-gpu", chk_require_gpu,
+                  "A GPU step that cannot run here is a failure, not 'not run' (also FLASHLADDER_REQUIRE_GPU=1)");
 
   BenchOptions bench_o;
   std::vector<std::string> bench_types = {"fp16"};
@@ -107,7 +115,7 @@ int main(int argc, char** argv) {
     if (*ocheck) return oracle_check(chk_golden, chk_cand, chk_golden_bwd);
     if (*runf) return run_on_files(run_step_name, run_in, run_out, run_bwd);
     if (*ring) return run_ring(ring_o);
-    if (*check) return run_check(chk_prob, chk_steps, chk_bwd);
+    if (*check) return run_check(chk_prob, chk_steps, chk_bwd, chk_require_gpu);
     if (*bench) {
       bench_o.headline_dtypes.clear();
       for (const std::string& t : bench_types) {

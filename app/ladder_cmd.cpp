@@ -2,12 +2,14 @@
 #include <Eigen/Dense>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "app/record.hpp"
 #include "reference/verify.hpp"
@@ -31,16 +33,32 @@ void ProblemOptions::add_to(CLI::App& app) {
   app.add_option("--scale", scale, "Softmax scale (default 1/sqrt(d))");
   app.add_option("--dtype", dtype, "Storage type of GPU steps: fp16, bf16 or fp32 (CPU steps use fp32)")
       ->capture_default_str();
-  app.add_option("--seed", seed, "Seed of the random inputs")->capture_default_str();
+  // CLI11 converts "-1" to 2^64 - 1 for an unsigned option; a seed is refused unless it is written
+  // as a plain non-negative integer.
+  app.add_option("--seed", seed, "Seed of the random inputs, an integer from 0 to 2^64 - 1")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+              return "seed '" + s + "' is not allowed: it must be an integer from 0 to 2^64 - 1";
+            return "";
+          },
+          "UINT64"));
 }
 
 Problem ProblemOptions::problem() const {
   Problem p;
   p.B = B;
   p.H = H;
-  p.H_kv = H_kv ? H_kv : H;
-  p.Nq = Nq ? Nq : N;
-  p.Nk = Nk ? Nk : N;
+  // An option given explicitly is judged as given, named as the user wrote it.
+  for (auto [name, what, v] : {std::tuple{"--heads-kv", "key/value heads H_kv", H_kv},
+                               std::tuple{"--nq", "query length Nq", Nq}, std::tuple{"--nk", "key length Nk", Nk}})
+    if (v && *v < 1)
+      throw Error(std::string(name) + " " + std::to_string(*v) + " is not allowed: the " + what +
+                  " must be at least 1 (leave the option out for the default)");
+  p.H_kv = H_kv.value_or(H);
+  p.Nq = Nq.value_or(N);
+  p.Nk = Nk.value_or(N);
   p.d = d;
   p.causal = causal;
   p.deterministic = deterministic;
@@ -50,6 +68,43 @@ Problem ProblemOptions::problem() const {
   p.dtype = *t;
   p.validate();
   return p;
+}
+
+bool gpu_required(bool flag) {
+  const char* v = std::getenv("FLASHLADDER_REQUIRE_GPU");
+  return flag || (v && *v && std::string(v) != "0");
+}
+
+int Tally::finish(bool checked_run, const std::string& gpu_why, bool require_gpu) const {
+  std::ostringstream s;
+  auto part = [&](int n, const std::string& what) {
+    if (n) s << (s.tellp() > 0 ? ", " : "") << n << " " << what;
+  };
+  part(passed, "passed");
+  part(failed, "FAILED");
+  part(unchecked, "ran unchecked");
+  part(errors, "ERROR");
+  part(no_gpu, "not run: no GPU");
+  part(refused, "not run: refused for this problem");
+  std::cout << "\nsteps: " << s.str() << "\n";
+  if (no_gpu) std::cout << "no GPU: " << gpu_why << "\n";
+  const bool ran = passed + failed + unchecked + errors > 0;
+  if (failed || errors) {
+    std::cout << (checked_run ? "SOME CHECKS FAILED" : "Some steps hit an ERROR") << " (details above)\n";
+    return 1;
+  }
+  if (no_gpu && require_gpu) {
+    std::cout << "A GPU is required (--require-gpu or FLASHLADDER_REQUIRE_GPU): " << no_gpu
+              << " GPU step(s) could not run\n";
+    return 1;
+  }
+  if (!ran) {
+    std::cout << "no step ran: nothing was checked\n";
+    return 1;
+  }
+  std::cout << (checked_run ? "all checks passed" : "every step that ran completed (unchecked: --no-check)")
+            << (no_gpu + refused ? " (steps not run are listed above)" : "") << "\n";
+  return 0;
 }
 
 namespace {
@@ -154,12 +209,8 @@ int run_ladder(const LadderOptions& o) {
   bool any_cpu = false, any_gpu = false;
   for (const Step* s : steps) (s->gpu() ? any_gpu : any_cpu) = true;
 
-  std::ofstream json;
-  if (!o.json.empty()) {
-    json.open(o.json, std::ios::app);
-    if (!json) throw Error("cannot open '" + o.json + "' for writing");
-  }
-  auto emit = [&](const nlohmann::json& r) { if (json) json << r.dump() << "\n"; };
+  RecordFile json(o.json);
+  auto emit = [&](const nlohmann::json& r) { json.write(r); };
 
   std::cout << "flashladder: " << (have_gpu ? env.device + " (" + std::to_string(env.sm_count) + " SMs, CUDA " + env.cuda + ", driver " + env.driver + ")" : "no GPU: " + gpu_why)
             << "; CPU " << cpu_env.device << "; commit " << env.commit << "\n";
@@ -190,7 +241,7 @@ int run_ladder(const LadderOptions& o) {
             << o.time.reps << " after " << o.time.warmup << " warm-ups.\n";
 
   if (Ns.empty()) Ns.push_back(0);
-  bool all_pass = true;
+  Tally tally;
   for (int64_t N : Ns) {
     Problem p0 = base;
     if (N) p0.Nq = p0.Nk = N;
@@ -209,20 +260,29 @@ int run_ladder(const LadderOptions& o) {
         r.step = s->folder + (bwd ? " bwd" : "");
         r.change = s->change;
         r.dtype = dtype_name(p.dtype);
-        std::string why = s->refusal(p);
-        if (why.empty() && s->gpu() && !have_gpu) why = "needs a CUDA device: " + gpu_why;
-        if (!why.empty()) {
-          r.status = "not run: " + why;
+        // One wording for every GPU step without a GPU; the reason is printed once, in the summary.
+        if (s->gpu() && !have_gpu) {
+          r.status = "not run: no GPU";
+          ++tally.no_gpu;
           rows.push_back(r);
           continue;
         }
+        std::string why = s->refusal(p);
+        if (!why.empty()) {
+          r.status = "not run: " + why;
+          ++tally.refused;
+          rows.push_back(r);
+          continue;
+        }
+        const int key = int(p.dtype);
+        if (!o.no_check && !inputs.count(key)) {
+          // Outside the step's try: a problem without a finite baseline is bad input (exit 2).
+          inputs.emplace(key, make_inputs(p, o.prob.seed));
+          expected.emplace(key, expected_for(inputs.at(key), o.backward));
+          require_finite_baseline(inputs.at(key), expected.at(key), o.backward);
+        }
         try {
           if (!o.no_check) {
-            const int key = int(p.dtype);
-            if (!inputs.count(key)) {
-              inputs.emplace(key, make_inputs(p, o.prob.seed));
-              expected.emplace(key, expected_for(inputs.at(key), o.backward));
-            }
             Outputs got = run_step(*s, inputs.at(key), bwd);
             Verdict v = verify(inputs.at(key), got, expected.at(key), bwd);
             r.checked = true;
@@ -233,7 +293,9 @@ int run_ladder(const LadderOptions& o) {
               r.max_err = std::max(r.max_err, c.max_err);
               if (!c.pass) std::cerr << s->folder << ": " << c.summary() << "\n";
             }
-            all_pass = all_pass && v.pass;
+            ++(v.pass ? tally.passed : tally.failed);
+          } else {
+            ++tally.unchecked;
           }
           TimeOptions t = o.time;
           t.seed = o.prob.seed;
@@ -257,15 +319,15 @@ int run_ladder(const LadderOptions& o) {
         } catch (const Error& e) {
           r.ran = false;
           r.status = std::string("ERROR: ") + e.what();
-          all_pass = false;
+          ++tally.errors;
         }
         rows.push_back(r);
       }
     }
     print_table(rows);
   }
-  if (!all_pass) std::cout << "\nSome steps FAILED their check against the oracle (details above).\n";
-  return all_pass ? 0 : 1;
+  json.close();
+  return tally.finish(!o.no_check, gpu_why, gpu_required(o.require_gpu));
 }
 
 int list_steps(bool names_only, bool gpu_only, int64_t head_dim) {
@@ -293,11 +355,30 @@ int show_diff(const std::string& name) {
   if (!s) throw Error("unknown step '" + name + "'; see 'flashladder steps'");
   const Step* base = s->base_step();  // the step its source is diffed against (steps/ladder.cpp)
   if (!base) throw Error("step " + s->folder + " is the first step; there is nothing before it to diff against");
-  auto source = [](const Step& st) {
-    fs::path dir = fs::path(FLASHLADDER_SOURCE_DIR) / "steps" / st.folder;
-    for (const char* f : {"attention.cu", "attention.cpp"})
-      if (fs::exists(dir / f)) return dir / f;
-    throw Error("no attention.cu or attention.cpp in " + dir.string());
+  // The step sources: installed beside the program (PREFIX/share/flashladder/steps, found from
+  // /proc/self/exe, so a moved or installed program finds its own), else the source tree it was
+  // built from.
+  std::vector<fs::path> roots;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    // PREFIX/bin/flashladder -> PREFIX/share/flashladder/steps
+    fs::path prefix = exe.parent_path();
+    for (const fs::path& part : fs::path(FLASHLADDER_INSTALL_BINDIR)) {
+      (void)part;
+      prefix = prefix.parent_path();
+    }
+    roots.push_back(prefix / FLASHLADDER_INSTALL_DATADIR / "flashladder" / "steps");
+  }
+  roots.push_back(fs::path(FLASHLADDER_SOURCE_DIR) / "steps");
+  auto source = [&](const Step& st) {
+    for (const fs::path& root : roots)
+      for (const char* f : {"attention.cu", "attention.cpp"})
+        if (fs::exists(root / st.folder / f)) return root / st.folder / f;
+    std::string where;
+    for (const fs::path& root : roots) where += " " + (root / st.folder).string();
+    throw Error("flashladder diff needs the step sources: no attention.cu or attention.cpp in" + where +
+                " (install the program with 'cmake --install', which installs them, or run it from its build tree)");
   };
   const std::string b = source(*s).string();
   // A step that adds the backward and runs its base's forward (09 on 08d) is its backward alone:

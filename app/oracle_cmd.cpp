@@ -38,19 +38,24 @@ int oracle_generate(const ProblemOptions& po, const std::string& out) {
 
 int oracle_check(const std::string& golden_dir, const std::string& candidate_dir, bool backward) {
   const golden::Report r = golden::check(golden_dir, candidate_dir, backward);
-  std::cout << std::left << std::setw(5) << "" << std::setw(6) << "" << std::right << std::setw(11) << "max err"
-            << std::setw(11) << "tol" << std::setw(10) << "tol used" << std::setw(6) << "NaN" << std::setw(6)
-            << "Inf" << "  first bad entry\n";
+  // Every column starts with a space, so a value wider than its column (an error of 1e+300, a
+  // fraction of 3e12 %) pushes the row right instead of running into its neighbour.
+  std::cout << std::left << std::setw(5) << "" << std::setw(5) << "" << std::right << " " << std::setw(10) << "max err"
+            << " " << std::setw(10) << "tol" << " " << std::setw(9) << "tol used" << " " << std::setw(5) << "NaN"
+            << " " << std::setw(5) << "Inf" << "  first bad entry\n";
   for (const golden::TensorResult& t : r.tensors) {
-    std::cout << std::left << std::setw(5) << t.name << std::setw(6) << (t.pass ? "pass" : "FAIL");
+    std::cout << std::left << std::setw(5) << t.name << std::setw(5) << (t.pass ? "pass" : "FAIL");
     if (!t.mismatch.empty()) {
-      std::cout << t.mismatch << "\n";
+      std::cout << " " << t.mismatch << "\n";
       continue;
     }
     const Check& c = t.check;
-    std::cout << std::right << std::setw(11) << sci(c.max_err) << std::setw(11) << sci(c.tol) << std::setw(9)
-              << std::fixed << std::setprecision(1) << 100 * c.frac << "%" << std::defaultfloat << std::setw(6)
-              << c.nans << std::setw(6) << c.infs << "  " << (c.pass ? "-" : c.first_bad) << "\n";
+    std::ostringstream used;  // fixed up to 9999.9 %, scientific beyond
+    if (100 * c.frac < 1e4) used << std::fixed << std::setprecision(1) << 100 * c.frac << "%";
+    else used << std::setprecision(3) << 100 * c.frac << "%";
+    std::cout << std::right << " " << std::setw(10) << sci(c.max_err) << " " << std::setw(10) << sci(c.tol) << " "
+              << std::setw(9) << used.str() << " " << std::setw(5) << c.nans << " " << std::setw(5) << c.infs << "  "
+              << (c.pass ? "-" : c.first_bad) << "\n";
   }
   std::string failed;
   for (const golden::TensorResult& t : r.tensors)

@@ -2,7 +2,9 @@
 #include "app/record.hpp"
 
 #include <array>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 
@@ -101,6 +103,31 @@ nlohmann::json make_record(const std::string& impl, const std::string& pass, con
   r["commit"] = env.commit;
   r["date"] = env.date;
   return r;
+}
+
+RecordFile::RecordFile(const std::string& path) : path_(path) {
+  if (path_.empty()) return;
+  f_.open(path_, std::ios::app);
+  if (!f_) throw Error("cannot open '" + path_ + "' for writing: " + std::strerror(errno));
+}
+
+void RecordFile::write(const nlohmann::json& record) {
+  if (path_.empty()) return;
+  errno = 0;
+  f_ << record.dump() << "\n";
+  f_.flush();
+  if (!f_)
+    throw RecordWriteError("writing a record to '" + path_ + "' failed" + (errno ? std::string(": ") + std::strerror(errno) : "") +
+                ": the results of this run are not all in the file");
+}
+
+void RecordFile::close() {
+  if (path_.empty() || !f_.is_open()) return;
+  errno = 0;
+  f_.close();
+  if (!f_)
+    throw RecordWriteError("closing '" + path_ + "' failed" + (errno ? std::string(": ") + std::strerror(errno) : "") +
+                ": the results of this run are not all in the file");
 }
 
 }  // namespace fl

@@ -5,6 +5,7 @@
 // date. Tables and plots are made from these records, never by parsing printed text.
 #pragma once
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -34,5 +35,26 @@ std::string source_commit();
 /// impl: a step folder or a baseline name; pass: "fwd" or "bwd"; tol_used: null when unchecked.
 nlohmann::json make_record(const std::string& impl, const std::string& pass, const Problem& p, const Stats& t,
                            std::optional<double> tol_used, const Environment& env);
+
+/// Lost records. Deliberately not an fl::Error: the ladder catches fl::Error per step and goes on
+/// to the next one, while a file that can no longer be written must end the run (exit 2).
+struct RecordWriteError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// A JSON-lines file of records, opened for appending. Every line is flushed and the stream checked
+/// at once: on a full disk (or /dev/full) write() throws RecordWriteError naming the file, so a run whose
+/// records were lost never ends with exit 0. An empty path writes nothing.
+class RecordFile {
+ public:
+  explicit RecordFile(const std::string& path);
+  void write(const nlohmann::json& record);
+  /// Closes the file and checks the close too (buffered bytes are written there). Throws like write().
+  void close();
+
+ private:
+  std::string path_;
+  std::ofstream f_;
+};
 
 }  // namespace fl

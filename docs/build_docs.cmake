@@ -3,7 +3,8 @@
 # 1. scripts/docs_pages.py writes the generated pages (front page, ladder, step pages with their diffs,
 #    theory pages with the measured ceilings) into PAGES;
 # 2. the parts of Debian's MathJax that the pages load are copied next to them (offline formulas);
-# 3. Doxygen runs; any warning fails the build, and the warnings are printed.
+# 3. Doxygen runs; any warning fails the build, and the warnings are printed;
+# 4. scripts/check_links.py: a broken local link in the site fails the build.
 foreach(v PYTHON ROOT PAGES OUT DOXYGEN DOXYFILE MATHJAX)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "build_docs.cmake: -D${v}=… is required")
@@ -29,6 +30,10 @@ if(NOT EXISTS "${mj}/MathJax.js")
   file(COPY "${MATHJAX}/localization/en" DESTINATION "${mj}/localization")
 endif()
 
+# The notebooks, linked from the pages (docs/golden_sets.md links oracle_loop.ipynb).
+file(GLOB notebooks "${ROOT}/notebooks/*.ipynb")
+file(COPY ${notebooks} DESTINATION "${OUT}/html/notebooks")
+
 file(REMOVE "${OUT}/warnings.log")
 execute_process(COMMAND "${DOXYGEN}" "${DOXYFILE}" WORKING_DIRECTORY "${ROOT}" RESULT_VARIABLE rc)
 set(warnings "")
@@ -37,5 +42,11 @@ if(EXISTS "${OUT}/warnings.log")
 endif()
 if(rc OR NOT warnings STREQUAL "")
   message(FATAL_ERROR "docs: Doxygen reported warnings (they are errors here):\n${warnings}")
+endif()
+# 4. Every local link of the site resolves: Doxygen warns about an unknown @ref but not about a
+#    Markdown link to a file it does not copy.
+execute_process(COMMAND "${PYTHON}" "${ROOT}/scripts/check_links.py" "${OUT}/html" RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "docs: the site has broken local links (listed above)")
 endif()
 message(STATUS "docs: the site is in ${OUT}/html/index.html")

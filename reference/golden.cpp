@@ -6,6 +6,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "reference/verify.hpp"
@@ -67,11 +69,94 @@ T field(const json& j, const char* key, const std::string& where) {
   }
 }
 
-double finite_nonneg(const json& j, const char* key, const std::string& where) {
+// The text of every floating-point number of a manifest as it was written, by the double's bits: a
+// refused value is quoted as the user wrote it ("1e300", not nlohmann's "1e+300").
+using RawFloats = std::map<uint64_t, std::string>;
+
+uint64_t bits_of(double x) {
+  uint64_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
+// nlohmann's DOM parser, with every number_float event's raw text recorded on the way.
+struct RecordingSax {
+  nlohmann::detail::json_sax_dom_parser<json> dom;
+  RawFloats& raw;
+  RecordingSax(json& j, RawFloats& r) : dom(j, true), raw(r) {}
+  bool null() { return dom.null(); }
+  bool boolean(bool v) { return dom.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return dom.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return dom.number_unsigned(v); }
+  bool number_float(json::number_float_t v, const std::string& s) {
+    raw.emplace(bits_of(v), s);
+    return dom.number_float(v, s);
+  }
+  bool string(std::string& v) { return dom.string(v); }
+  bool binary(json::binary_t& v) { return dom.binary(v); }
+  bool start_object(std::size_t n) { return dom.start_object(n); }
+  bool key(std::string& k) { return dom.key(k); }
+  bool end_object() { return dom.end_object(); }
+  bool start_array(std::size_t n) { return dom.start_array(n); }
+  bool end_array() { return dom.end_array(); }
+  bool parse_error(std::size_t pos, const std::string& tok, const nlohmann::detail::exception& e) {
+    return dom.parse_error(pos, tok, e);
+  }
+};
+
+std::string written(const json& v, const RawFloats& raw) {
+  if (v.is_number_float()) {
+    auto it = raw.find(bits_of(v.get<double>()));
+    if (it != raw.end()) return it->second;
+  }
+  return v.dump();
+}
+
+// An integer field in [lo, hi]. nlohmann would truncate 1.9 to 1 and turn 1e300 into garbage, and
+// read -1 as 2^64 - 1 for an unsigned field: here anything but a JSON integer in range is refused,
+// quoting the value as written.
+template <class T>
+T integer_field(const json& j, const char* key, const std::string& where, T lo, T hi, const RawFloats& raw) {
+  if (!j.is_object() || !j.contains(key)) throw Error(where + ": missing field '" + key + "'");
+  const json& v = j.at(key);
+  const std::string range = "an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
+  if (!v.is_number_integer())
+    throw Error(where + ": field '" + key + "' = " + written(v, raw) + " is not allowed: it must be " + range);
+  bool ok;
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    ok = u <= uint64_t(hi) && (lo <= 0 || u >= uint64_t(lo));
+  } else {  // a negative integer
+    const int64_t i = v.get<int64_t>();
+    ok = lo < 0 && i >= int64_t(lo) && (hi < 0 ? i <= int64_t(hi) : true);
+  }
+  if (!ok) throw Error(where + ": field '" + key + "' = " + written(v, raw) + " is out of range: it must be " + range);
+  return v.get<T>();
+}
+
+double finite_field(const json& j, const char* key, const std::string& where, const RawFloats& raw) {
   const double x = field<double>(j, key, where);
-  if (!(std::isfinite(x) && x >= 0)) throw Error(where + ": field '" + key + "' must be a finite number >= 0");
+  if (!std::isfinite(x)) throw Error(where + ": field '" + key + "' = " + written(j.at(key), raw) + " must be finite");
   return x;
 }
+
+double finite_nonneg(const json& j, const char* key, const std::string& where, const RawFloats& raw) {
+  const double x = field<double>(j, key, where);
+  if (!(std::isfinite(x) && x >= 0))
+    throw Error(where + ": field '" + key + "' = " + written(j.at(key), raw) + " must be a finite number >= 0");
+  return x;
+}
+
+// floor of the rule for golden values g at storage type t: unit roundoff × max(1, max|g|), exactly
+// as tolerance_for() computes it when the set is generated.
+double floor_of(const std::vector<double>& g, DType t) {
+  double max_ref = 0;
+  for (double x : g)
+    if (std::isfinite(x)) max_ref = std::max(max_ref, std::fabs(x));
+  return unit_roundoff(t) * std::max(1.0, max_ref);
+}
+
+Manifest parse_manifest(const json& j, const RawFloats& raw, const std::string& where);
 
 }  // namespace
 
@@ -206,26 +291,42 @@ Manifest read_manifest(const std::string& dir) {
   const std::string where = (fs::path(dir) / "manifest.json").string();
   std::ifstream f(where);
   if (!f) throw Error(where + ": cannot be opened (is " + dir + " a folder made by 'flashladder oracle generate'?)");
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (f.bad()) throw Error(where + ": read failed");
+  return parse_manifest_text(text, where);
+}
+
+Manifest parse_manifest_text(const std::string& text, const std::string& where) {
   json j;
+  RawFloats raw;
   try {
-    j = json::parse(f);
+    RecordingSax sax(j, raw);
+    json::sax_parse(text, &sax);
   } catch (const json::exception& e) {
     throw Error(where + ": not valid JSON: " + e.what());
   }
+  return parse_manifest(j, raw, where);
+}
+
+namespace {
+
+Manifest parse_manifest(const json& j, const RawFloats& raw, const std::string& where) {
   if (!j.is_object() || !j.contains("format") || j["format"] != kFormat)
     throw Error(where + ": not a flashladder golden manifest (field 'format' is not \"" + kFormat + "\")");
-  if (field<int>(j, "format_version", where) != kFormatVersion)
+  if (integer_field<int64_t>(j, "format_version", where, 0, INT64_MAX, raw) != kFormatVersion)
     throw Error(where + ": format_version " + j["format_version"].dump() + " is not the version read here (" +
                 std::to_string(kFormatVersion) + ")");
   Manifest m;
   const json pj = field<json>(j, "problem", where);
   const std::string pw = where + " problem";
-  m.p.B = field<int64_t>(pj, "B", pw);
-  m.p.H = field<int64_t>(pj, "H", pw);
-  m.p.H_kv = field<int64_t>(pj, "H_kv", pw);
-  m.p.Nq = field<int64_t>(pj, "Nq", pw);
-  m.p.Nk = field<int64_t>(pj, "Nk", pw);
-  m.p.d = field<int64_t>(pj, "d", pw);
+  // Sizes from 1 to 2^40, the most Problem allows in one tensor (its validation checks products).
+  const int64_t kMaxDim = int64_t(1) << 40;
+  m.p.B = integer_field<int64_t>(pj, "B", pw, 1, kMaxDim, raw);
+  m.p.H = integer_field<int64_t>(pj, "H", pw, 1, kMaxDim, raw);
+  m.p.H_kv = integer_field<int64_t>(pj, "H_kv", pw, 1, kMaxDim, raw);
+  m.p.Nq = integer_field<int64_t>(pj, "Nq", pw, 1, kMaxDim, raw);
+  m.p.Nk = integer_field<int64_t>(pj, "Nk", pw, 1, kMaxDim, raw);
+  m.p.d = integer_field<int64_t>(pj, "d", pw, 1, kMaxDim, raw);
   m.p.causal = field<bool>(pj, "causal", pw);
   m.p.scale = field<double>(pj, "softmax_scale", pw);
   const std::string dt = field<std::string>(pj, "dtype", pw);
@@ -234,10 +335,10 @@ Manifest read_manifest(const std::string& dir) {
   m.p.dtype = *t;
   const std::string why = m.p.invalid_reason();
   if (!why.empty()) throw Error(pw + ": " + why);
-  m.seed = field<uint64_t>(j, "seed", where);
+  m.seed = integer_field<uint64_t>(j, "seed", where, 0, UINT64_MAX, raw);
   const json ij = field<json>(j, "inputs", where);
-  m.opt.mean = field<double>(ij, "mean", where + " inputs");
-  m.opt.q_scale = field<double>(ij, "q_scale", where + " inputs");
+  m.opt.mean = finite_field(ij, "mean", where + " inputs", raw);
+  m.opt.q_scale = finite_field(ij, "q_scale", where + " inputs", raw);
   m.tensors = layout(m.p);
   const json ts = field<json>(j, "tensors", where);
   for (TensorInfo& ti : m.tensors) {
@@ -251,13 +352,23 @@ Manifest read_manifest(const std::string& dir) {
     if (field<std::string>(x, "npy_dtype", tw) != npy::descr(ti.kind))
       throw Error(tw + ": npy_dtype is not '" + npy::descr(ti.kind) + "', which the problem's dtype gives");
     if (!ti.input) {
-      ti.tol.baseline_err = finite_nonneg(x, "baseline_err", tw);
-      ti.tol.floor = finite_nonneg(x, "floor", tw);
-      ti.tol.tol = finite_nonneg(x, "tol", tw);
+      ti.tol.baseline_err = finite_nonneg(x, "baseline_err", tw, raw);
+      ti.tol.floor = finite_nonneg(x, "floor", tw, raw);
+      ti.tol.tol = finite_nonneg(x, "tol", tw, raw);
+      // The rule recomputed: a tol that is not 2 · baseline_err + floor (an edited manifest, or
+      // one written by another tool) would judge every candidate by a number nobody derived.
+      // generate() writes the three doubles exactly (JSON round-trips them), so equality is exact.
+      const double expect = 2 * ti.tol.baseline_err + ti.tol.floor;
+      if (ti.tol.tol != expect)
+        throw Error(tw + ": tol = " + written(x.at("tol"), raw) + " disagrees with the manifest's own rule: 2 * baseline_err (" +
+                    written(x.at("baseline_err"), raw) + ") + floor (" + written(x.at("floor"), raw) + ") = " +
+                    json(expect).dump() + "; the golden set is broken: regenerate it with 'flashladder oracle generate'");
     }
   }
   return m;
 }
+
+}  // namespace
 
 Inputs read_inputs(const std::string& dir, const Manifest& m) {
   Inputs in;
@@ -316,7 +427,23 @@ Report check(const std::string& golden_dir, const std::string& candidate_dir, bo
     res.name = t.name;
     res.present = true;
     res.check.tensor = t.name;
-    const npy::Array golden = npy::read_expect((fs::path(golden_dir) / t.file).string(), t.kind, t.shape);
+    const std::string gpath = (fs::path(golden_dir) / t.file).string();
+    const npy::Array golden = npy::read_expect(gpath, t.kind, t.shape);
+    const std::vector<double> gv = to_double(golden);
+    // A broken golden set is bad input whatever the candidate: NaN fails every comparison, so a NaN
+    // in the answers would blame any candidate. Only lse may hold +inf (a row that sees no key).
+    for (size_t n = 0; n < gv.size(); ++n)
+      if (!(std::isfinite(gv[n]) || (t.name == "lse" && gv[n] == INFINITY)))
+        throw Error(gpath + ": the golden set is broken: entry " + std::to_string(n) + " is " + std::to_string(gv[n]) +
+                    " (the oracle's answers are finite" + (t.name == "lse" ? ", or +inf on a row that sees no key" : "") +
+                    "); regenerate it with 'flashladder oracle generate'");
+    // The floor of the rule, recomputed from the answers themselves (read_manifest has checked tol
+    // against baseline_err and floor).
+    const double floor_here = floor_of(gv, t.storage);
+    if (floor_here != t.tol.floor)
+      throw Error((fs::path(golden_dir) / "manifest.json").string() + " tensors." + t.name + ": floor = " +
+                  json(t.tol.floor).dump() + " disagrees with " + t.file + ", whose largest entry gives " + json(floor_here).dump() +
+                  "; the golden set is broken: regenerate it with 'flashladder oracle generate'");
     const npy::Array cand = npy::read(cpath);
     const std::vector<npy::Kind> ok = accepted_kinds(t.storage);
     if (std::find(ok.begin(), ok.end(), cand.kind) == ok.end()) {
@@ -330,7 +457,7 @@ Report check(const std::string& golden_dir, const std::string& candidate_dir, bo
                      " but the manifest says " + npy::shape_text(t.shape) +
                      (a == b ? " (the same dimensions in another order: transposed?)" : "");
     } else {
-      res.check = compare_with_tol(t.name, to_double(cand), to_double(golden), t.tol, t.shape, m.seed);
+      res.check = compare_with_tol(t.name, to_double(cand), gv, t.tol, t.shape, m.seed);
       res.pass = res.check.pass;
     }
     r.pass = r.pass && res.pass;

@@ -51,6 +51,10 @@ Manifest generate(const Problem& p, uint64_t seed, const std::string& dir, Input
 /// dir/manifest.json, checked: a malformed field, or a shape that disagrees with the problem, is
 /// refused with fl::Error naming it.
 Manifest read_manifest(const std::string& dir);
+/// The same check on manifest text in memory; `where` names it in errors (the fuzz target's entry).
+/// Integers must be JSON integers in range (1.9, -1, 1e300 are refused, quoted as written), and
+/// each output's tol must equal 2 · baseline_err + floor.
+Manifest parse_manifest_text(const std::string& text, const std::string& where);
 
 /// The golden set's inputs as a step sees them (q, k, v, dO, each exact in the storage type).
 Inputs read_inputs(const std::string& dir, const Manifest& m);
@@ -74,8 +78,9 @@ struct Report {
 
 /// Judges candidate/{o,lse,dq,dk,dv}.npy against the golden set. o and lse are required; dq, dk,
 /// dv are judged when present and required when backward is set. A missing required file, a
-/// malformed .npy or a broken golden set throws fl::Error (bad input); a wrong dtype, wrong shape
-/// or wrong value is a failed tensor in the report.
+/// malformed .npy or a broken golden set (an answer that is NaN or infinite, a floor that its
+/// answers do not give) throws fl::Error (bad input); a wrong dtype, wrong shape or wrong value is a
+/// failed tensor in the report.
 Report check(const std::string& golden_dir, const std::string& candidate_dir, bool backward);
 
 }  // namespace fl::golden

@@ -12,6 +12,19 @@
 
 namespace fl::ref {
 
+/// How the oracle cuts a (b, h) into blocks of query rows × key columns. It never holds more than one
+/// rows × cols block of S (and P, dP, dS) per thread, so its memory is O(N) in the sequence length:
+/// 131072-long problems are checkable on a CPU. Zero means automatic: one block (rows = Nq, cols = Nk)
+/// when Nq·Nk <= 2^24 (4096²), which is the whole-matrix computation the oracle always did (bitwise the
+/// same results; every shape in the test matrix is such a problem), else 256 × 2048 blocks. Tests set
+/// small blocks to check that blocking changes the results only by rounding.
+struct Blocking {
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+/// The block sizes actually used for p (never larger than Nq, Nk).
+Blocking blocking_for(const Problem& p, Blocking asked = {});
+
 struct Forward {
   std::vector<double> o;    // [B][H][Nq][d]
   std::vector<double> lse;  // [B][H][Nq]   L = m + log ℓ; +inf where the row sees no key
@@ -30,18 +43,19 @@ struct Backward {
 };
 
 /// O and L (and on request S, P, m, ℓ) in double.
-Forward forward(const Inputs& in, bool want_intermediates = false);
+/// want_intermediates needs the O(N²) S and P, so it always uses one block.
+Forward forward(const Inputs& in, bool want_intermediates = false, Blocking blk = {});
 
 /// dQ, dK, dV and D in double, from in.dO: dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − D),
 /// dQ = scale·dS K, dK = scale·dSᵀ Q (the seeds' backward derivation).
-Backward backward(const Inputs& in, const Forward& f);
+Backward backward(const Inputs& in, const Forward& f, Blocking blk = {});
 
 /// The low-precision baseline of the tolerance rule: Algorithm 0 carried out at the storage type of
 /// in.p.dtype — S and P rounded to it, fp32 accumulation, O rounded; L from the rounded S in fp32.
-Outputs baseline_forward(const Inputs& in);
+Outputs baseline_forward(const Inputs& in, Blocking blk = {});
 
 /// The baseline's backward at the same precision: every product's result (dV, dP, dS, dQ, dK)
 /// rounded to the storage type, fp32 accumulation, as autograd through a low-precision Algorithm 0 does.
-Outputs baseline_backward(const Inputs& in);
+Outputs baseline_backward(const Inputs& in, Blocking blk = {});
 
 }  // namespace fl::ref

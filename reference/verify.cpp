@@ -2,6 +2,8 @@
 #include "reference/verify.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <string>
 
 namespace fl {
 
@@ -14,6 +16,23 @@ Expected expected_for(const Inputs& in, bool backward) {
     e.base_bwd = ref::baseline_backward(in);
   }
   return e;
+}
+
+void require_finite_baseline(const Inputs& in, const Expected& e, bool backward) {
+  const Problem& p = in.p;
+  struct T { const char* name; const std::vector<double>* oracle; const std::vector<float>* base; DType t; };
+  std::vector<T> ts = {{"O", &e.fwd.o, &e.base_fwd.o, p.dtype}, {"L", &e.fwd.lse, &e.base_fwd.lse, DType::f32}};
+  if (backward)
+    for (T t : {T{"dQ", &e.bwd.dq, &e.base_bwd.dq, p.dtype}, T{"dK", &e.bwd.dk, &e.base_bwd.dk, p.dtype},
+                T{"dV", &e.bwd.dv, &e.base_bwd.dv, p.dtype}})
+      ts.push_back(t);
+  for (const T& t : ts) {
+    const Tolerance tol = tolerance_for(*t.oracle, *t.base, t.t);
+    if (!std::isfinite(tol.tol))
+      throw Error("no tolerance can be given for " + p.describe() + " (seed " + std::to_string(in.seed) + "): the " +
+                  dtype_name(p.dtype) + " baseline's " + t.name + " is not finite (its scaled scores overflow " +
+                  "the storage type); choose a smaller --scale or smaller inputs");
+  }
 }
 
 Verdict verify(const Inputs& in, const Outputs& got, const Expected& e, bool backward) {

@@ -19,6 +19,11 @@ struct Expected {
 
 Expected expected_for(const Inputs& in, bool backward);
 
+/// Throws fl::Error when the baseline gives a tensor no finite tolerance (scores that overflow the
+/// storage type, e.g. --scale 1e38): no step can be judged on such a problem, so it is refused as
+/// input, not blamed on the step.
+void require_finite_baseline(const Inputs& in, const Expected& e, bool backward);
+
 struct Verdict {
   std::vector<Check> checks;  // O, L (and dQ, dK, dV)
   bool pass = false;

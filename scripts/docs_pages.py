@@ -32,7 +32,7 @@ import diff_table  # noqa: E402
 
 # The theory pages, in reading order: docs/<name>.md.
 THEORY = ["memory_and_roofline", "io_complexity", "online_softmax", "fa1_vs_fa2", "backward", "conventions",
-          "glossary"]
+          "glossary", "golden_sets"]
 NOT_YET = "not yet measured"
 
 # ------------------------------------------------------------------------------------------------------
@@ -66,6 +66,8 @@ class Links:
             name = parts[1][:-3]
             if name in THEORY:
                 return f"@ref theory_{name}" + (f"#{anchor}" if anchor else "")
+        if re.fullmatch(r"notebooks/[\w-]+\.ipynb", rel) and os.path.exists(os.path.join(self.root, rel)):
+            return rel  # build_docs.cmake copies notebooks/*.ipynb into the site's notebooks/
         if rel.startswith("docs/img/") and os.path.exists(os.path.join(self.root, rel)):
             return os.path.basename(rel)  # IMAGE_PATH holds docs/img; Doxygen copies it by its name
         if os.path.isfile(os.path.join(self.root, rel)) and re.search(r"\.(hpp|cpp|cu|cuh)$", rel):
@@ -84,16 +86,18 @@ def _convert_inline(text: str, links: Links, page_dir: str) -> str:
         return m.group(0) if name in HTML_TAGS else "&lt;" + m.group(1) + m.group(2)
     text = re.sub(r"<(/?)([A-Za-z][\w-]*)", tag, text)
 
-    def link(m):
-        bang, label, target = m.group(1), m.group(2), m.group(3).strip()
-        new = links.rewrite(target, page_dir)
-        if new is None:  # not part of the site: name the file instead of leaving a dead link
-            if bang:
-                return f"*(image {target} not found)*"
-            rel = os.path.normpath(os.path.join(page_dir, target)).replace(os.sep, "/")
-            return f"`{rel}`" if label.strip("`") in (rel, os.path.basename(rel)) else f"{label} (`{rel}`)"
-        return f"{bang}[{label}]({new})"
-    return re.sub(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)", link, text)
+    return re.sub(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)",
+                  lambda m: _link(m.group(1), m.group(2), m.group(3).strip(), links, page_dir), text)
+
+
+def _link(bang: str, label: str, target: str, links: Links, page_dir: str) -> str:
+    new = links.rewrite(target, page_dir)
+    if new is None:  # not part of the site: name the file instead of leaving a dead link
+        if bang:
+            return f"*(image {target} not found)*"
+        rel = os.path.normpath(os.path.join(page_dir, target)).replace(os.sep, "/")
+        return f"`{rel}`" if label.strip("`") in (rel, os.path.basename(rel)) else f"{label} (`{rel}`)"
+    return f"{bang}[{label}]({new})"
 
 
 def _split_code_spans(line: str):
@@ -218,7 +222,23 @@ def _unpaired_dollar(line: str) -> bool:
     return n % 2 == 1
 
 
+# A link whose label is a code span ([`attention.cu`](attention.cu)): rewritten whole, before the line
+# is cut at code spans, which would leave "[" and "](attention.cu)" in separate pieces and the
+# relative target unrewritten (a dead link on the site).
+CODE_LABEL_LINK = re.compile(r"(!?)\[(`+[^`\]]+?`+)\]\(([^)\s]+)\)")
+
+
 def _convert_prose(line: str, links: Links, page_dir: str) -> str:
+    out, pos = [], 0
+    for m in CODE_LABEL_LINK.finditer(line):
+        out.append(_convert_prose_pieces(line[pos:m.start()], links, page_dir))
+        out.append(_link(m.group(1), m.group(2), m.group(3), links, page_dir))
+        pos = m.end()
+    out.append(_convert_prose_pieces(line[pos:], links, page_dir))
+    return "".join(out)
+
+
+def _convert_prose_pieces(line: str, links: Links, page_dir: str) -> str:
     pieces = []
     for is_code, text in _split_code_spans(line):
         if is_code:
@@ -549,6 +569,7 @@ def main_page(root: str, links: Links) -> str:
         title = re.sub(r"[`*]", "", m.group(1)).strip()
     return (f"\\mainpage {title}\n\n{body}\n\n"
             "Read on: @ref ladder \"the ladder, one page per step\" · @ref theory \"the theory pages\" · "
+            "@ref theory_golden_sets \"check your own kernel (golden sets)\" · "
             "the API under *Namespaces* and *Files*.\n")
 
 

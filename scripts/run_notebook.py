@@ -73,6 +73,13 @@ def main() -> int:
     cmd = [sys.executable, "-m", "nbconvert", "--to", "notebook", "--execute", f"--output-dir={out}",
            f"--ExecutePreprocessor.timeout={a.timeout}", "--ExecutePreprocessor.kernel_name=python3",
            nb_path]
+    img_dir = env["FLASHLADDER_IMG_DIR"]
+
+    def pngs_now() -> dict:  # name -> mtime of the PNGs in the figure folder (shared by the notebooks)
+        if not os.path.isdir(img_dir):
+            return {}
+        return {f: os.stat(os.path.join(img_dir, f)).st_mtime_ns for f in os.listdir(img_dir) if f.endswith(".png")}
+    pngs_before = pngs_now()
     print("running:", " ".join(cmd), flush=True)
     r = subprocess.run(cmd, env=env, cwd=os.path.dirname(nb_path))  # the kernel starts in notebooks/
     if r.returncode != 0:
@@ -85,6 +92,16 @@ def main() -> int:
         for o in cell.get("outputs", []):
             if o.get("output_type") == "stream":
                 sys.stdout.write("".join(o.get("text", [])))
+    # A notebook that writes figures must also show them: a figure closed before its cell ends is
+    # written to disk but missing from the notebook a reader opens.
+    pngs = [f for f, t in pngs_now().items() if pngs_before.get(f) != t]  # written by this run
+    shown = sum(1 for cell in done.get("cells", []) for o in cell.get("outputs", [])
+                if o.get("output_type") in ("display_data", "execute_result") and "image/png" in o.get("data", {}))
+    if pngs and not shown:
+        print(f"FAIL: {a.notebook} wrote {len(pngs)} figure(s) to {img_dir} but shows none (closed before display?)")
+        return 1
+    if pngs:
+        print(f"{a.notebook}: {shown} figure(s) shown, {len(pngs)} written")
     print(f"PASS: {a.notebook} executed; the executed copy is in {out}")
     return 0
 

@@ -255,10 +255,49 @@ TEST(Golden, MissingOrMalformedFilesAreBadInput) {
   };
   with("\"Nq\": 21", "\"Nq\": 22", "shape (2, 4, 21, 7) disagrees with the problem");
   with("\"H_kv\": 2", "\"H_kv\": 3", "H = 4 is not a multiple of H_kv = 3");
-  with("\"tol\": ", "\"tol\": -", "field 'tol' must be a finite number >= 0");
-  with("\"seed\": ", "\"seed\": \"x\", \"s\": ", "field 'seed' has the wrong type");
+  with("\"tol\": ", "\"tol\": -", "field 'tol' = -");
+  with("\"tol\": ", "\"tol\": -", "must be a finite number >= 0");
+  with("\"seed\": ", "\"seed\": \"x\", \"s\": ", "field 'seed' = \"x\" is not allowed: it must be an integer from 0 to");
+  // Issue 13: non-integers, negatives and out-of-range integers, quoted as written, never truncated.
+  with("\"B\": 2", "\"B\": 1.9", "field 'B' = 1.9 is not allowed: it must be an integer from 1 to 1099511627776");
+  with("\"B\": 2", "\"B\": 1e300", "field 'B' = 1e300 is not allowed");
+  with("\"B\": 2", "\"B\": 18446744073709551615", "field 'B' = 18446744073709551615 is out of range");
+  with("\"B\": 2", "\"B\": -2", "field 'B' = -2 is out of range");
+  with("\"format_version\": 1", "\"format_version\": 1.9", "field 'format_version' = 1.9 is not allowed");
+  with("\"seed\": ", "\"seed\": -1, \"s\": ", "field 'seed' = -1 is out of range: it must be an integer from 0 to 18446744073709551615");
+  // A tol that is not 2 · baseline_err + floor: refused, not trusted to pass anything.
+  with("\"tol\": ", "\"tol\": 1e300, \"t\": ", "tol = 1e300 disagrees with the manifest's own rule: 2 * baseline_err (");
   with("{", "[", "not valid JSON");
   with("flashladder-golden", "something-else", "not a flashladder golden manifest");
+}
+
+// Issue 13: a golden set whose answers are NaN, or whose floor its answers do not give, is broken:
+// refused as bad input whatever the candidate (here the golden set itself, which would otherwise pass).
+TEST(Golden, BrokenAnswersAreRefusedWhateverTheCandidate) {
+  Dirs d("broken");
+  const golden::Manifest m = golden::generate(small(DType::f16), kSeed, d.golden());
+  copy_golden(d, m);
+  ASSERT_TRUE(golden::check(d.golden(), d.cand(), true).pass);
+  const std::string opath = (fs::path(d.golden()) / "o.npy").string();
+  npy::Array o = npy::read(opath);
+  const npy::Array o_good = o;
+  auto refused = [&](const std::string& what) {
+    try {
+      golden::check(d.golden(), d.cand(), false);
+      ADD_FAILURE() << "a broken golden set was used; wanted: " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  const double nan = std::nan(""), big = 1e6;
+  std::memcpy(o.data.data() + 8 * 5, &nan, 8);
+  npy::write(opath, o);
+  refused("o.npy: the golden set is broken: entry 5 is nan");
+  o = o_good;
+  std::memcpy(o.data.data(), &big, 8);  // finite, but the manifest's floor came from max|o| < 1e6
+  npy::write(opath, o);
+  refused("floor = ");
+  refused("disagrees with o.npy, whose largest entry gives");
 }
 
 }  // namespace

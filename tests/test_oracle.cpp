@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "common/compare.hpp"
 #include "reference/oracle.hpp"
 
 namespace fl {
@@ -65,10 +66,11 @@ void PrintTo(const Shape& s, std::ostream* os) {
 }
 class OracleShapes : public ::testing::TestWithParam<Shape> {};
 
-TEST_P(OracleShapes, ForwardMatchesLongDoubleLoop) {
-  const Shape s = GetParam();
+// The forward against the long double loop, whole (as the oracle computes every test shape) or cut
+// into blocks of 2 query rows × 3 keys (as it computes problems over 2^24 scores per head).
+void forward_matches_long_double(const Shape& s, ref::Blocking blk) {
   Inputs in = make_inputs(small(s.Nq, s.Nk, s.causal, s.H, s.H_kv, 7), 11, {0.5, 3.0});
-  ref::Forward f = ref::forward(in);
+  ref::Forward f = ref::forward(in, false, blk);
   std::vector<long double> O, L;
   long_double_forward(in, O, L);
   for (size_t n = 0; n < O.size(); ++n) ASSERT_NEAR(f.o[n], double(O[n]), 1e-12) << "O at " << n;
@@ -80,12 +82,13 @@ TEST_P(OracleShapes, ForwardMatchesLongDoubleLoop) {
     }
   }
 }
+TEST_P(OracleShapes, ForwardMatchesLongDoubleLoop) { forward_matches_long_double(GetParam(), {}); }
+TEST_P(OracleShapes, BlockedForwardMatchesLongDoubleLoop) { forward_matches_long_double(GetParam(), {2, 3}); }
 
-TEST_P(OracleShapes, BackwardMatchesFiniteDifferences) {
-  const Shape s = GetParam();
+void backward_matches_finite_differences(const Shape& s, ref::Blocking blk) {
   Inputs in = make_inputs(small(s.Nq, s.Nk, s.causal, s.H, s.H_kv, 4), 12);
-  ref::Forward f = ref::forward(in);
-  ref::Backward g = ref::backward(in, f);
+  ref::Forward f = ref::forward(in, false, blk);
+  ref::Backward g = ref::backward(in, f, blk);
   // loss = Σ dO ∘ O, so ∂loss/∂x = the gradient the backward returns.
   auto loss = [&](const Inputs& x) {
     ref::Forward y = ref::forward(x);
@@ -107,6 +110,10 @@ TEST_P(OracleShapes, BackwardMatchesFiniteDifferences) {
   check(&Inputs::q, g.dq, "dQ");
   check(&Inputs::k, g.dk, "dK");
   check(&Inputs::v, g.dv, "dV");
+}
+TEST_P(OracleShapes, BackwardMatchesFiniteDifferences) { backward_matches_finite_differences(GetParam(), {}); }
+TEST_P(OracleShapes, BlockedBackwardMatchesFiniteDifferences) {
+  backward_matches_finite_differences(GetParam(), {2, 3});
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, OracleShapes,
@@ -214,6 +221,72 @@ TEST(Baseline, LowPrecisionBaselineHasTheExpectedErrorSize) {
   }
   EXPECT_GT(err, 1e-5);
   EXPECT_LT(err, 0.02 * mag);
+}
+
+// Blocking (what lets the oracle check 131072-long problems in O(N) memory) changes the oracle only
+// by the rounding of sums grouped block by block, and the baseline only by fp32 rounding: here
+// blocks of 64 query rows × 100 keys against the whole matrix, on a ragged causal GQA problem.
+TEST(Oracle, BlockingChangesOnlyRounding) {
+  Problem p = small(300, 700, true, 4, 2, 8);
+  p.dtype = DType::f16;
+  const Inputs in = make_inputs(p, 3, {0.5, 3.0});
+  const ref::Blocking blk{64, 100};
+  ASSERT_EQ(ref::blocking_for(p, blk).rows, 64);
+  const ref::Forward fw = ref::forward(in), fb = ref::forward(in, false, blk);
+  const ref::Backward gw = ref::backward(in, fw), gb = ref::backward(in, fb, blk);
+  // A few ulps of the tensor's largest entry: the sums over 700 keys are grouped in 7 blocks.
+  auto near = [](const std::vector<double>& a, const std::vector<double>& b, const char* name) {
+    ASSERT_EQ(a.size(), b.size());
+    double mag = 1, diff = 0;
+    for (size_t n = 0; n < a.size(); ++n) {
+      if (std::isinf(a[n])) {
+        ASSERT_EQ(a[n], b[n]) << name << " at " << n;
+        continue;
+      }
+      mag = std::max(mag, std::fabs(a[n]));
+      diff = std::max(diff, std::fabs(a[n] - b[n]));
+    }
+    EXPECT_LE(diff, 1e-14 * mag) << name << ": blocked and whole differ by " << diff << " (max |x| " << mag << ")";
+    EXPECT_TRUE(diff == diff) << name;
+  };
+  near(fw.o, fb.o, "O");
+  near(fw.lse, fb.lse, "L");
+  near(gw.dq, gb.dq, "dQ");
+  near(gw.dk, gb.dk, "dK");
+  near(gw.dv, gb.dv, "dV");
+  near(gw.D, gb.D, "D");
+  // The baseline gives the tolerance: blocked, it must give the same tolerance to within fp32 noise.
+  const Outputs bw = ref::baseline_forward(in), bb = ref::baseline_forward(in, blk);
+  const Outputs cw = ref::baseline_backward(in), cb = ref::baseline_backward(in, blk);
+  auto same_tol = [&](const std::vector<double>& oracle, const std::vector<float>& x, const std::vector<float>& y,
+                      DType t, const char* name) {
+    const double a = tolerance_for(oracle, x, t).tol, b = tolerance_for(oracle, y, t).tol;
+    EXPECT_GT(a, 0) << name;
+    EXPECT_NEAR(a, b, 0.25 * a) << name << ": whole " << a << ", blocked " << b;
+  };
+  same_tol(fw.o, bw.o, bb.o, p.dtype, "O");
+  same_tol(fw.lse, bw.lse, bb.lse, DType::f32, "L");
+  same_tol(gw.dq, cw.dq, cb.dq, p.dtype, "dQ");
+  same_tol(gw.dk, cw.dk, cb.dk, p.dtype, "dK");
+  same_tol(gw.dv, cw.dv, cb.dv, p.dtype, "dV");
+}
+
+// Problems up to 2^24 scores per head are computed whole (bitwise what the oracle always gave);
+// longer ones in blocks whose memory does not grow with N.
+TEST(Oracle, DefaultBlocking) {
+  Problem p = small(4096, 4096, false);
+  EXPECT_EQ(ref::blocking_for(p).rows, 4096);
+  EXPECT_EQ(ref::blocking_for(p).cols, 4096);
+  p.Nq = p.Nk = 131072;
+  EXPECT_EQ(ref::blocking_for(p).rows, 256);
+  EXPECT_EQ(ref::blocking_for(p).cols, 2048);
+  p.Nq = int64_t(1) << 21;
+  p.Nk = 16;
+  EXPECT_EQ(ref::blocking_for(p).rows, 256);
+  EXPECT_EQ(ref::blocking_for(p).cols, 16);
+  p.Nq = p.Nk = int64_t(1) << 33;  // Nq·Nk = 2^66 would overflow int64: still blocked, never "whole"
+  EXPECT_EQ(ref::blocking_for(p).rows, 256);
+  EXPECT_EQ(ref::blocking_for(p).cols, 2048);
 }
 
 }  // namespace

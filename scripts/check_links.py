@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Every local link of the built site points at a file that exists (the docs.build test runs this).
+
+    check_links.py HTML_DIR
+
+Reads every .html under HTML_DIR, takes each href= and src= that is not an absolute URL (scheme:),
+a bare #anchor or javascript:, resolves it against the page's folder and checks that the file exists
+inside HTML_DIR. Doxygen warns about unresolved @ref, but not about a Markdown link to a file it does
+not copy (step_09's `attention.cu` was one): this catches those. Exit 1 with every broken link listed.
+"""
+import os
+import re
+import sys
+from html.parser import HTMLParser
+from urllib.parse import unquote, urlsplit
+
+
+class Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.targets: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        for name, value in attrs:
+            if name in ("href", "src") and value:
+                self.targets.append(value)
+
+
+def local_target(url: str) -> str | None:
+    parts = urlsplit(url)
+    if parts.scheme or parts.netloc or url.startswith("#"):
+        return None
+    return unquote(parts.path) or None
+
+
+def main() -> int:
+    root = os.path.abspath(sys.argv[1])
+    broken: list[str] = []
+    pages = 0
+    for folder, _, files in os.walk(root):
+        for f in files:
+            if not f.endswith(".html"):
+                continue
+            pages += 1
+            page = os.path.join(folder, f)
+            parser = Links()
+            with open(page, encoding="utf-8", errors="replace") as fh:
+                parser.feed(fh.read())
+            for url in parser.targets:
+                path = local_target(url)
+                if path is None:
+                    continue
+                target = os.path.normpath(os.path.join(folder, path))
+                if not (target.startswith(root + os.sep) or target == root) or not os.path.exists(target):
+                    broken.append(f"{os.path.relpath(page, root)}: {url}")
+    if broken:
+        print(f"check_links: {len(broken)} broken local link(s) in {root}:")
+        for b in sorted(set(broken)):
+            print("  " + b)
+        return 1
+    print(f"check_links: {pages} pages, every local link resolves")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""One line per skip reason, from ctest's JUnit report (tools/test writes it with --output-junit).
+
+    skip_summary.py JUNIT_XML
+
+ctest lists every skipped test on its own line ("(Skipped)") without the reason, which the test
+printed: 1392 lines without a GPU. This groups the skipped tests by the reason they printed and
+prints one line per reason, with a count and an example, so the reasons are visible and the list is
+short. A skipped test that printed no reason is its own group, so nothing is hidden.
+"""
+import re
+import sys
+import xml.etree.ElementTree as ET
+from collections import OrderedDict
+
+# Lines that carry a reason: gtest's GTEST_SKIP message (the line after "file:line: Skipped"), and
+# the project's own "... skipped ...: why" lines (tests/gpu_gate.hpp, tests/expect_gpu_failure.cmake,
+# tests/fuzz.cmake, the python3 fallbacks).
+SKIPPED_MARK = re.compile(r":\d+: Skipped$")
+REASON_LINE = re.compile(r"skipped", re.IGNORECASE)
+NOISE = re.compile(r"^\[\s*SKIPPED\s*\]")
+
+
+def reason_of(output: str) -> str:
+    # cmake -P scripts print message(STATUS) lines with a "-- " prefix.
+    lines = [re.sub(r"^-- ", "", l.strip()) for l in output.splitlines()]
+    for i, line in enumerate(lines):
+        if SKIPPED_MARK.search(line) and i + 1 < len(lines) and lines[i + 1]:
+            return lines[i + 1]
+    for line in lines:
+        if REASON_LINE.search(line) and not NOISE.search(line):
+            return line
+    return "(the test printed no reason)"
+
+
+def main() -> int:
+    root = ET.parse(sys.argv[1]).getroot()
+    groups: "OrderedDict[str, list[str]]" = OrderedDict()
+    for case in root.iter("testcase"):
+        if case.get("status") != "notrun":
+            continue
+        out = case.findtext("system-out") or ""
+        name = (case.get("name") or "?").split("  #")[0]  # gtest appends "  # GetParam() = ..."
+        groups.setdefault(reason_of(out), []).append(name)
+    total = sum(len(v) for v in groups.values())
+    if not total:
+        print("skipped: none")
+        return 0
+    print(f"skipped: {total} tests, {len(groups)} reason(s):")
+    for reason, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        print(f"  {len(names):5d} x {reason}  (e.g. {names[0]})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

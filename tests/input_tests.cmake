@@ -1,0 +1,83 @@
+# flashladder — tests/input_tests.cmake: issue 13's bad input, each through the program with its exit
+# status and message (fl_cli_exit from oracle_tests.cmake: 0 pass, 1 failed check, 2 bad input).
+# Included from tests/CMakeLists.txt after oracle_tests.cmake.
+
+# --- Row 1: the oracle's memory is O(N) -----------------------------------------------------------
+# Under an address-space cap that the whole-matrix oracle cannot meet (checked by hand: it dies with
+# std::bad_alloc inside its OpenMP region, exit 134, under both caps below), the blocked oracle
+# passes. check at N = 16384 under 3 GiB: S alone was 2 GiB of doubles, and P as much. generate at
+# N = 8192, d = 8 under 1.5 GiB: it runs the backward (P, dP, dS of 512 MiB each) and both
+# baselines. Two threads and two malloc arenas, so the cap measures the oracle and not the
+# per-thread reservations of a many-core machine.
+set(FL_MEMCAP ${CMAKE_CURRENT_SOURCE_DIR}/with_memory_limit.sh)
+add_test(NAME cli.oracle_memory_check COMMAND ${CMAKE_COMMAND} -DCMD=${FL_MEMCAP}
+         "-DARGS=3145728;$<TARGET_FILE:flashladder>;check;-N;16384;-B;1;-H;1;--steps;02"
+         "-DRC=0" "-DEXPECT=02_cpu_online_softmax: pass.*all checks passed" -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake)
+add_test(NAME cli.oracle_memory_generate COMMAND ${CMAKE_COMMAND} -DCMD=${FL_MEMCAP}
+         "-DARGS=1572864;$<TARGET_FILE:flashladder>;oracle;generate;--out;${G}/long;-N;8192;-B;1;-H;1;-d;8"
+         "-DRC=0" "-DEXPECT=wrote 9 tensors and manifest.json" -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake)
+set_tests_properties(cli.oracle_memory_check cli.oracle_memory_generate PROPERTIES TIMEOUT 900
+                     ENVIRONMENT "OMP_NUM_THREADS=2;MALLOC_ARENA_MAX=2")
+
+# --- Row 2: 0 is not "unset" ----------------------------------------------------------------------
+fl_cli_exit(nq_zero 2 "--nq 0 is not allowed: the query length Nq must be at least 1" check --steps 01 -N 16 --nq 0)
+fl_cli_exit(nk_zero 2 "--nk 0 is not allowed: the key length Nk must be at least 1" check --steps 01 -N 16 --nk 0)
+fl_cli_exit(heads_kv_zero 2 "--heads-kv 0 is not allowed: the key/value heads H_kv must be at least 1"
+            check --steps 01 -N 16 --heads-kv 0)
+fl_cli_exit(ladder_nq_zero 2 "--nq 0 is not allowed" --steps 01 -N 16 --nq 0)
+fl_cli_exit(generate_nq_zero 2 "--nq 0 is not allowed" oracle generate --out ${G}/unused -N 16 --nq 0)
+fl_cli_exit(generate_heads_kv_zero 2 "--heads-kv 0 is not allowed" oracle generate --out ${G}/unused -N 16 --heads-kv 0)
+
+# --- Row 4 (the command line half): --seed -1 is not 2^64 - 1 -------------------------------------
+fl_cli_exit(seed_negative 2 "seed '-1' is not allowed: it must be an integer from 0 to 2\\^64 - 1" check --steps 01 -N 16 --seed -1)
+fl_cli_exit(generate_seed_float 2 "seed '1.5' is not allowed" oracle generate --out ${G}/unused -N 16 --seed 1.5)
+
+# --- Row 3: records that cannot be written end the run with the file named ------------------------
+if(EXISTS /dev/full)
+  fl_cli_exit(json_disk_full 2 "writing a record to '/dev/full' failed: No space left on device"
+              --steps 01 -B 1 -H 1 -N 16 -d 8 --reps 1 --warmup 0 --json /dev/full)
+endif()
+
+# --- Rows 4 to 6: broken golden sets (tests/break_golden.py), refused whatever the candidate ------
+if(FL_TESTS_PYTHON3)
+  add_test(NAME cli.golden_broken_setup COMMAND ${FL_TESTS_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/break_golden.py
+           ${G}/golden ${G}/broken)
+  set_tests_properties(cli.golden_broken_setup PROPERTIES FIXTURES_REQUIRED fl_golden FIXTURES_SETUP fl_golden_broken)
+  function(fl_broken name variant candidate expect_regex)
+    fl_cli_exit(golden_${name} 2 "${expect_regex}" oracle check --golden ${G}/broken/${variant} --candidate ${candidate})
+    set_tests_properties(cli.golden_${name} PROPERTIES FIXTURES_REQUIRED "fl_golden;fl_golden_broken;fl_run01")
+  endfunction()
+  fl_broken(b_float b_float ${G}/run01 "field 'B' = 1.9 is not allowed: it must be an integer from 1 to")
+  fl_broken(b_huge b_huge ${G}/run01 "field 'B' = 1e300 is not allowed")
+  fl_broken(b_negative b_negative ${G}/run01 "field 'B' = -1 is out of range")
+  fl_broken(version_float version_float ${G}/run01 "field 'format_version' = 1.9 is not allowed")
+  fl_broken(seed_negative seed_negative ${G}/run01 "field 'seed' = -1 is out of range: it must be an integer from 0 to 18446744073709551615")
+  fl_broken(tol_inflated tol_inflated ${G}/run01 "tensors.o: tol = 1e300 disagrees with the manifest's own rule: 2 \\* baseline_err")
+  # A NaN in the answers is the golden set's fault: exit 2 with a passing candidate (step 01's
+  # outputs) and with the golden answers themselves as the candidate.
+  fl_broken(o_nan o_nan ${G}/run01 "o.npy: the golden set is broken: entry 3 is nan")
+  fl_broken(o_nan_self o_nan ${G}/golden "o.npy: the golden set is broken: entry 3 is nan")
+else()
+  add_test(NAME cli.golden_broken_setup COMMAND ${CMAKE_COMMAND} -E echo "skipped: python3 not found")
+  set_tests_properties(cli.golden_broken_setup PROPERTIES SKIP_REGULAR_EXPRESSION "skipped: python3 not found")
+endif()
+
+# --- The newcomer's path: steps that could not run are not failures ------------------------------
+# Exit 0 with or without a GPU: without one the GPU steps are "not run: no GPU" and the CPU steps pass.
+fl_cli_exit(check_newcomer 0 "01_cpu_standard: pass.*02_cpu_online_softmax: pass.*all checks passed" check -N 16 -B 1 -H 2 -d 64)
+fl_cli_exit(ladder_no_check 0 "every step that ran completed \\(unchecked: --no-check\\)"
+            -N 16 -B 1 -H 1 -d 64 --no-check --reps 1 --warmup 0)
+# A baseline that overflows is the problem's fault (bad input), not the step's.
+fl_cli_exit(scale_overflow 2 "no tolerance can be given for .*scale=1e\\+38.*baseline's O is not finite" check --steps 01 -N 16 --scale 1e38)
+if(NOT FLASHLADDER_HAVE_CUDA)
+  # Without CUDA every GPU step is "not run: no GPU"; a required GPU turns that into exit 1.
+  fl_cli_exit(check_no_gpu_listed 0 "05_fa2_lse: not run: no GPU.*steps: 1 passed, 1 not run: no GPU" check -N 16 --steps 01,05)
+  fl_cli_exit(check_require_gpu_env 1 "A GPU is required \\(--require-gpu or FLASHLADDER_REQUIRE_GPU\\): 1 GPU step" check -N 16 --steps 01,05)
+  set_tests_properties(cli.check_require_gpu_env PROPERTIES ENVIRONMENT FLASHLADDER_REQUIRE_GPU=1)
+  fl_cli_exit(check_require_gpu_flag 1 "A GPU is required" check -N 16 --steps 01,05 --require-gpu)
+  fl_cli_exit(check_nothing_ran 1 "no step ran: nothing was checked" check -N 16 --steps 05)
+endif()
+# oracle check's table: a huge fraction of the tolerance still leaves its columns apart.
+fl_cli_exit(oracle_check_columns 1 "o    FAIL +[0-9.e+-]+ +[0-9.e+-]+ +[0-9.e+]+% +0 +0  \\(0, 0,"
+            oracle check --golden ${G}/golden --candidate ${G}/other)
+set_tests_properties(cli.oracle_check_columns PROPERTIES FIXTURES_REQUIRED "fl_golden;fl_golden_other")
