@@ -125,9 +125,9 @@ std::string hand_out(const std::string& text, const std::string& file, bool solu
   return out.str();
 }
 
-// An instructor's mutation (tests/lab/*.txt): lines "- old" and "+ new" in pairs, each old line found
-// exactly once (compared without leading and trailing blanks) and replaced by new at old's indentation;
-// "#" lines are comments. A fixture whose old line is gone from the step fails loudly: it has drifted.
+// An instructor's mutation (tests/lab/*.txt): lines "- old" and "+ new" in pairs; the one line of the
+// source that contains old (it must be exactly one) is replaced, whole, by new at its indentation;
+// "#" lines are comments (tests/lab_test.cmake reads "# expect: REGEX" from them). A fixture whose old line is gone from the step fails loudly: it has drifted.
 std::string apply_mutation(const std::string& src, const fs::path& fixture) {
   auto trim = [](std::string s) {
     s.erase(0, s.find_first_not_of(" \t"));
@@ -151,10 +151,10 @@ std::string apply_mutation(const std::string& src, const fs::path& fixture) {
       const std::string neu = raw.size() > 2 ? raw.substr(2) : "";
       size_t hits = 0, at = 0;
       for (size_t k = 0; k < lines.size(); ++k)
-        if (trim(lines[k]) == old) ++hits, at = k;
+        if (lines[k].find(old) != std::string::npos) ++hits, at = k;
       if (hits != 1)
-        throw Error(where + ": the line '" + old + "' occurs " + std::to_string(hits) +
-                    " times in the step's source (it must occur once): the fixture has drifted from the step");
+        throw Error(where + ": '" + old + "' is in " + std::to_string(hits) +
+                    " lines of the step's source (it must be in exactly one): the fixture has drifted from the step");
       lines[at] = lines[at].substr(0, lines[at].find_first_not_of(" \t")) + neu;
       have_old = false;
     } else {
@@ -268,6 +268,13 @@ int lab_check(const std::string& dir_s) {
     throw Error(cml.string() + " names no step (set(FLASHLADDER_LAB_STEP …)); it was not written by 'flashladder lab new'");
   const std::string step = m[1];
   if (!find_step(step)) throw Error(cml.string() + " names step '" + step + "', which the ladder does not have");
+#ifndef FLASHLADDER_HAVE_CUDA
+  if (find_step(step)->gpu()) {
+    std::cout << "lab check: step " << find_step(step)->folder << " needs a GPU, and a flashladder build with CUDA: "
+              << "this one was configured without nvcc, so the exercise is not built (skipped)\n";
+    return 77;
+  }
+#endif
   const fs::path build = dir / "build";
   const std::string cmake = FLASHLADDER_CMAKE_COMMAND;
   std::cout << "lab check: building " << dir.string() << " (step " << step << ") in " << build.string() << "\n" << std::flush;

@@ -100,7 +100,10 @@ std::vector<std::string> diagnose(const std::vector<Result>& rs, bool backward) 
     int64_t min_bad_nk = INT64_MAX, max_good_nk = 0;
     for (const Result* r : bad) min_bad_nk = std::min(min_bad_nk, r->p.Nk);
     for (const Result* r : good) max_good_nk = std::max(max_good_nk, r->p.Nk);
-    if (!good.empty() && max_good_nk < min_bad_nk)
+    if (!good.empty() && max_good_nk == 1 && min_bad_nk > 1)
+      out.push_back("only shapes with Nk = 1 pass: with a single key P = 1 whatever the weights, so look at the "
+                    "normalisation: the sum l and the division of O by it.");
+    else if (!good.empty() && max_good_nk < min_bad_nk)
       out.push_back("every shape with Nk <= " + std::to_string(max_good_nk) + " passes and the failures all have Nk >= " +
                     std::to_string(min_bad_nk) +
                     ": only key sequences that span more than one key block fail. Look at what carries from one key "
