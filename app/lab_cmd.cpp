@@ -241,6 +241,7 @@ int lab_new(const std::string& step, const std::string& dir_s, bool solution, co
      << "cmake_minimum_required(VERSION 3.25)\n"
      << "set(FLASHLADDER_LAB_STEP " << s->number << ")\n"
      << "set(FLASHLADDER_LAB_SOURCE ${CMAKE_CURRENT_SOURCE_DIR}/" << src.filename().string() << ")\n"
+     << "set(FLASHLADDER_LAB_BASE " << (s->base_step() ? s->base_step()->number : std::string()) << ")  # timed against it (GPU steps)\n"
      << "# The flashladder build this exercise links: its archive, flags and compilers.\n"
      << "include(" << cmake_quote((fs::path(FLASHLADDER_BINARY_DIR) / "flashladder_lab.cmake").string()) << ")\n"
      << "project(flashladder_lab_" << s->number << " LANGUAGES CXX)\n"

@@ -138,6 +138,40 @@ std::vector<std::string> diagnose(const std::vector<Result>& rs, bool backward) 
   return out;
 }
 
+// A GPU step's speed, once it is correct: the student's step and the step before it (its base, which
+// the exercise's build links on purpose: cmake/lab.cmake), timed the ladder's way on the headline
+// problem (fp16, B = 4, H = 16, N = 4096, d = 128). Informative: a slow solution is not a failure,
+// but the exercise's README says what speed to expect and why.
+void time_against_base(const Step& s, bool backward) {
+  Problem p;
+  p.B = 4, p.H = 16, p.H_kv = 16, p.Nq = 4096, p.Nk = 4096, p.d = 128, p.dtype = DType::f16;
+  TimeOptions opt;
+  opt.reps = 30;
+  auto line = [&](const Step& st, bool bwd) {
+    const std::string why = st.refusal(p);
+    if (!why.empty()) {
+      std::cout << "  " << st.folder << (bwd ? " backward" : "") << ": not timed: " << why << "\n";
+      return;
+    }
+    const Stats t = time_step(st, p, bwd, opt);
+    const double flops = 4.0 * double(p.B * p.H) * double(p.Nq) * double(p.Nk) * double(p.d) * (bwd ? 2.5 : 1.0);
+    std::cout << "  " << std::left << std::setw(22) << st.folder + (bwd ? " backward" : "") << std::right
+              << std::fixed << std::setprecision(3) << std::setw(9) << t.median_ms << " ms  " << std::setprecision(1)
+              << std::setw(7) << flops / (t.median_ms * 1e9) << " TFLOP/s\n" << std::defaultfloat;
+  };
+  std::cout << "\nlab check: speed at " << p.describe() << " (median of " << opt.reps
+            << " launches; FLOPs 4·B·H·Nq·Nk·d, backward 2.5x):\n";
+  try {
+    line(s, backward);
+    const Step* base = s.base_step();
+    if (base && base->impl && (!backward || base->has_backward())) line(*base, backward);
+    else if (base) std::cout << "  (the step before, " << base->folder << ", has no " << (backward ? "backward" : "build here")
+                             << " to compare with)\n";
+  } catch (const std::exception& e) {
+    std::cout << "  not timed: " << e.what() << "\n";
+  }
+}
+
 int run(const Step& s) {
   const bool backward = s.has_backward();
   std::cout << "lab check: step " << s.folder << " (" << s.change << ")\n"
@@ -181,9 +215,9 @@ int run(const Step& s) {
       if (!r.error.empty()) std::cout << "      error: " << r.error << "\n";
       for (const Check& ch : r.checks)
         if (!ch.pass)
-          std::cout << "      " << ch.tensor << ": " << ch.bad << " bad entries, " << ch.nans << " NaN, " << ch.infs
-                    << " Inf; max error " << ch.max_err << " = " << std::setprecision(3) << 100 * ch.frac
-                    << "% of the tolerance " << ch.tol << "; first bad " << ch.first_bad << "\n";
+          std::cout << "      " << ch.tensor << ": " << ch.bad << " bad entries (" << ch.nans << " NaN, " << ch.infs
+                    << " Inf); largest error among finite entries " << ch.max_err << " = " << std::setprecision(3)
+                    << 100 * ch.frac << "% of the tolerance " << ch.tol << "; first bad " << ch.first_bad << "\n";
     } else {
       std::cout << "pass  " << shape(r) << "  tolerance used " << std::setprecision(3) << 100 * r.tol_used << "%\n";
     }
@@ -197,6 +231,7 @@ int run(const Step& s) {
   if (n_pass == rs.size()) {
     std::cout << "; the most of the tolerance any used: " << std::setprecision(3) << 100 * worst
               << "%\nlab check: PASS: step " << s.folder << " is correct on every shape of the suite\n";
+    if (s.gpu()) time_against_base(s, backward);
     return 0;
   }
   std::cout << "\nlab check: FAIL: what the failing shapes have in common:\n";

@@ -35,6 +35,13 @@ target_compile_options(lab_suite PRIVATE
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${FL_LAB_NATIVE}>>:-march=native>
   $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo --expt-relaxed-constexpr -Xptxas=-warn-spills>)
 target_link_libraries(lab_suite PRIVATE ${FL_LAB_ARCHIVES} OpenMP::OpenMP_CXX)
+# The step before (FLASHLADDER_LAB_BASE, its namespace sNN) is linked too, for the speed comparison of a
+# GPU step: the ladder refers to GPU steps weakly, and a weak reference does not pull an archive member,
+# so its impl (fl::sNN::impl, mangled _ZN2fl<len>sNN4implE) is named as undefined to the linker.
+if(FLASHLADDER_LAB_BASE AND FLASHLADDER_LAB_SOURCE MATCHES "\\.cu$")
+  string(LENGTH "s${FLASHLADDER_LAB_BASE}" fl_ns_len)
+  target_link_options(lab_suite PRIVATE "LINKER:--undefined=_ZN2fl${fl_ns_len}s${FLASHLADDER_LAB_BASE}4implE")
+endif()
 if(FL_LAB_HAVE_CUDA)
   find_package(CUDAToolkit REQUIRED)
   target_link_libraries(lab_suite PRIVATE CUDA::cudart CUDA::cublas)  # the archive's runner and baselines
