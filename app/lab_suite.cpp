@@ -3,7 +3,8 @@
 // An exercise folder links its one source (the student's attention.cpp/.cu, defining fl::sNN::impl)
 // before libflashladder_lab.a, which holds this file and the rest of the core; see app/lab_cmd.cpp.
 // This program runs that step's part of the suite: the ragged shape matrix of tests/cases.hpp (the
-// very cases, seeds and problems tests/test_ladder.cpp gives the step), each through run_step (outputs
+// very cases, seeds and problems tests/test_ladder.cpp gives the step) and the numerics cases of
+// tests/numerics_cases.hpp (as tests/test_gpu_numerics.cpp runs them), each through run_step (outputs
 // poisoned with NaN, every launch checked) and verify (the tolerance rule against the fp64 oracle),
 // forward, and backward for a backward step. It prints, for every failing shape, the tensor, the
 // first bad (b, h, i, j), the fraction of the tolerance used and the NaN count, and then what the
@@ -25,6 +26,7 @@
 #include "reference/verify.hpp"
 #include "steps/ladder.hpp"
 #include "tests/cases.hpp"
+#include "tests/numerics_cases.hpp"
 
 namespace {
 
@@ -40,6 +42,7 @@ struct Result {
   std::string error;          // the step threw (a refused shape, a failed launch)
   std::vector<Check> checks;  // O, L (and dQ, dK, dV)
   double tol_used = 0;
+  std::string numerics;       // the numerics case's name; empty for a shape of the ragged matrix
 };
 
 std::string shape(const Result& r) {
@@ -47,6 +50,7 @@ std::string shape(const Result& r) {
   s << "Nq=" << r.p.Nq << " Nk=" << r.p.Nk << (r.p.causal ? " causal" : " full") << " H=" << r.p.H
     << " H_kv=" << r.p.H_kv << " d=" << r.p.d << " " << dtype_name(r.p.dtype)
     << (r.c.q_scale != 1.0 ? " large-logit (Q x 20)" : "");
+  if (!r.numerics.empty()) s << " numerics case " << r.numerics;
   return s.str();
 }
 
@@ -138,6 +142,96 @@ std::vector<std::string> diagnose(const std::vector<Result>& rs, bool backward) 
   return out;
 }
 
+// Why each numerics case exists (tests/test_gpu_numerics.cpp): what failing it usually means.
+std::string numerics_hint(const std::string& name) {
+  if (name.rfind("scores_1e4", 0) == 0)
+    return "scores up to 10^4: exp of an unreduced score overflows; subtract the running max before exp, and compute "
+           "e^(m_old - m_new) from the same rounded products, so an unchanged max gives exactly 1.";
+  if (name == "all_scores_equal")
+    return "every score of a row equal and in the hundreds: e^s alone overflows fp32; only the max subtraction gives "
+           "e^0 = 1 per key, and O must be the plain mean of the visible V rows.";
+  if (name == "one_dominant_key")
+    return "one key dominates each row (P > 0.99) with a tail of e^-10 weights: a lost tail or a wrong max shows here.";
+  if (name.rfind("fp16_edge", 0) == 0)
+    return "values near fp16's largest (65504): accumulate in fp32 and round only the final O (and gradients) to the "
+           "storage type.";
+  if (name == "fully_masked_rows")
+    return "causal with Nq > Nk: the first Nq - Nk rows see no key and must give O = 0, L = +inf (and dQ = 0) "
+           "exactly, never NaN from -inf - (-inf) or 0/0.";
+  return "";
+}
+
+// The numerics cases, as tests/test_gpu_numerics.cpp runs them: each storage type of the step at d = 64
+// and its largest head dim, judged by the rule, and on top: O = 0, L = +inf, dQ = 0 exactly on rows that
+// see no key, every other value finite. Appends to rs; returns a hint per failing case.
+std::vector<std::string> run_numerics(const Step& s, bool backward, std::vector<Result>& rs) {
+  using namespace fl::test;
+  std::vector<std::string> hints;
+  std::set<std::string> hinted;
+  for (const NumCase& c : numerics_cases()) {
+    std::vector<int64_t> dims = {64, s.head_dims.empty() ? 128 : s.head_dims.back()};
+    dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+    for (DType t : s.dtypes)
+      for (int64_t d : dims) {
+        Result r{Case{-1, c.Nq, c.Nk, 0, c.causal, 1.0}, numerics_shape(c, t, d)};
+        r.numerics = c.name;
+        const std::string why = s.refusal(r.p);
+        int64_t odd = 0;  // values that are not finite, or not exactly 0 / +inf on rows that see no key
+        std::string first_odd;
+        if (!why.empty()) {
+          r.error = "refused: " + why;
+        } else {
+          try {
+            const Inputs in = c.build(r.p, seed_of(c));
+            r.p = in.p;  // the case may have set the scale
+            const bool bwd = backward && (r.p.dtype != DType::f16 || c.fp16_backward);
+            const Outputs got = run_step(s, in, bwd);
+            const Verdict v = verify(in, got, expected_for(in, bwd), bwd);
+            r.checks = v.checks;
+            r.tol_used = v.tol_used;
+            const Problem& p = r.p;
+            const int64_t unseen = unseen_rows(p);
+            for (int64_t b = 0; b < p.B; ++b)
+              for (int64_t h = 0; h < p.H; ++h)
+                for (int64_t i = 0; i < p.Nq; ++i) {
+                  const bool none = i < unseen;
+                  const float L = got.lse[size_t(p.lse_at(b, h, i))];
+                  bool ok = none ? (std::isinf(L) && L > 0) : std::isfinite(L);
+                  for (int64_t k = 0; k < p.d && ok; ++k) {
+                    const size_t at = size_t(p.q_row(b, h, i) + k);
+                    const float o = got.o[at], dq = bwd ? got.dq[at] : 0.f;
+                    ok = none ? (o == 0.f && dq == 0.f) : (std::isfinite(o) && std::isfinite(dq));
+                  }
+                  if (!ok && odd++ == 0)
+                    first_odd = "row (" + std::to_string(b) + ", " + std::to_string(h) + ", " + std::to_string(i) + ")" +
+                                (none ? ", which sees no key: O = 0, L = +inf (and dQ = 0) exactly expected"
+                                      : ": a NaN or Inf in O, L (or dQ)");
+                }
+            r.pass = v.pass && odd == 0;
+          } catch (const std::exception& e) {
+            r.error = e.what();
+          }
+        }
+        if (!r.pass) {
+          std::cout << "FAIL  " << shape(r) << "  seed " << seed_of(c) << "\n";
+          if (!r.error.empty()) std::cout << "      error: " << r.error << "\n";
+          for (const Check& ch : r.checks)
+            if (!ch.pass)
+              std::cout << "      " << ch.tensor << ": " << ch.bad << " bad entries (" << ch.nans << " NaN, " << ch.infs
+                        << " Inf); largest error among finite entries " << ch.max_err << " = " << std::setprecision(3)
+                        << 100 * ch.frac << "% of the tolerance " << ch.tol << "; first bad " << ch.first_bad << "\n";
+          if (odd > 0) std::cout << "      " << odd << " rows with values that must not be there; first " << first_odd << "\n";
+          if (hinted.insert(c.name).second) hints.push_back("numerics case " + std::string(c.name) + " fails: " + numerics_hint(c.name));
+        } else {
+          std::cout << "pass  " << shape(r) << "  tolerance used " << std::setprecision(3) << 100 * r.tol_used << "%\n";
+        }
+        std::cout << std::flush;
+        rs.push_back(std::move(r));
+      }
+  }
+  return hints;
+}
+
 // A GPU step's speed, once it is correct: the student's step and the step before it (its base, which
 // the exercise's build links on purpose: cmake/lab.cmake), timed the ladder's way on the headline
 // problem (fp16, B = 4, H = 16, N = 4096, d = 128). Informative: a slow solution is not a failure,
@@ -178,7 +272,8 @@ int run(const Step& s) {
             << "  your source in place of steps/" << s.folder << ", against the fp64 oracle by the tolerance rule "
             << "(max|yours - oracle| <= 2 max|Algorithm 0 at your precision - oracle| + floor), "
             << (backward ? "forward and backward, " : "") << "on the ragged shape matrix (B = 3, H = 9, seeds "
-            << kSeed << " + case)\n" << std::flush;
+            << kSeed << " + case) and the numerics cases (scores up to 1e4, equal scores, a dominant key, fp16's edge, "
+            << "rows that see no key)\n" << std::flush;
   if (s.gpu()) {
     std::string why;
     if (!gpu_device(&why)) {
@@ -224,10 +319,11 @@ int run(const Step& s) {
     std::cout << std::flush;
     rs.push_back(std::move(r));
   }
+  const std::vector<std::string> num_hints = run_numerics(s, backward, rs);
   const size_t n_pass = size_t(std::count_if(rs.begin(), rs.end(), [](const Result& r) { return r.pass; }));
   double worst = 0;
   for (const Result& r : rs) worst = std::max(worst, r.tol_used);
-  std::cout << "\nlab check: " << n_pass << " of " << rs.size() << " shapes pass";
+  std::cout << "\nlab check: " << n_pass << " of " << rs.size() << " shapes pass (the ragged matrix and the numerics cases)";
   if (n_pass == rs.size()) {
     std::cout << "; the most of the tolerance any used: " << std::setprecision(3) << 100 * worst
               << "%\nlab check: PASS: step " << s.folder << " is correct on every shape of the suite\n";
@@ -235,7 +331,11 @@ int run(const Step& s) {
     return 0;
   }
   std::cout << "\nlab check: FAIL: what the failing shapes have in common:\n";
-  const auto hints = diagnose(rs, backward);
+  std::vector<Result> ragged;  // the shape patterns are about the ragged matrix only
+  for (const Result& r : rs)
+    if (r.numerics.empty()) ragged.push_back(r);
+  auto hints = diagnose(ragged, backward);
+  hints.insert(hints.end(), num_hints.begin(), num_hints.end());
   if (hints.empty()) std::cout << "  (no single pattern: start with the first failing shape above)\n";
   for (const std::string& h : hints) std::cout << "  - " << h << "\n";
   return 1;
