@@ -198,6 +198,13 @@ std::string lab_stripped_copy(const std::string& source) {
   return p.string();
 }
 
+// The command that runs this program, as a student can type it (the build's flashladder need not be on PATH).
+static std::string self_command() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("flashladder") : self.string();
+}
+
 int lab_new(const std::string& step, const std::string& dir_s, bool solution, const std::string& mutation, bool force) {
   const Step* s = find_step(step);
   if (!s) throw Error("unknown step '" + step + "'; the exercises are steps " + exercises_text());
@@ -222,7 +229,7 @@ int lab_new(const std::string& step, const std::string& dir_s, bool solution, co
   readme << "# Exercise " << s->number << ": " << s->change << "\n\n";
   readme << "You write the lines of step `" << s->folder << "` marked `TODO(lab)` in `" << src.filename().string()
          << "` (" << regions.size() << (regions.size() == 1 ? " place" : " places") << "). Then:\n\n"
-         << "```sh\nflashladder lab check " << dir.string() << "\n```\n\n"
+         << "```sh\n" << self_command() << " lab check " << fs::absolute(dir).string() << "\n```\n\n"
          << "builds your file in place of the step and runs the step's part of the test suite: the ragged\n"
          << "shape matrix against the fp64 oracle, by the same tolerance rule as the ladder. The report names\n"
          << "the shapes that fail, the first bad (b, h, i, j), the fraction of the tolerance used and any NaN.\n"
@@ -254,7 +261,7 @@ int lab_new(const std::string& step, const std::string& dir_s, bool solution, co
             << "), README.md (the exercise), CMakeLists.txt\n";
   if (!solution && mutation.empty()) {
     std::cout << "next: edit " << (dir / src.filename()).string() << " where it says TODO(lab), then\n"
-              << "  flashladder lab check " << dir.string() << "\n";
+              << "  " << self_command() << " lab check " << dir.string() << "\n";
   }
   return 0;
 }
