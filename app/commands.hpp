@@ -75,6 +75,15 @@ int oracle_generate(const ProblemOptions& po, const std::string& out_dir);
 int oracle_check(const std::string& golden_dir, const std::string& candidate_dir, bool backward);
 int run_on_files(const std::string& step, const std::string& in_dir, const std::string& out_dir, bool backward);
 
+/// The lab kit (app/lab_cmd.cpp): an exercise folder from a step, and its check. Exit 0 pass, 1 fail,
+/// 77 a GPU exercise on a machine without a GPU, 2 bad input.
+int lab_new(const std::string& step, const std::string& dir, bool solution, const std::string& mutation, bool force);
+int lab_check(const std::string& dir);
+/// A step's source without its lab marks (every line whose first non-blank text is "// LAB:"): what
+/// `flashladder diff` shows. strip_lab_marks works on text; lab_stripped_copy writes a temporary file.
+std::string strip_lab_marks(const std::string& text);
+std::string lab_stripped_copy(const std::string& source);
+
 /// The cuBLAS baselines (GEMM rate and standard attention); in builds without CUDA these throw.
 struct GemmResult { double tflops; Stats t; int n; };
 GemmResult cublas_gemm_rate(DType t, int n, const TimeOptions& opt);

@@ -9,6 +9,7 @@
 //   flashladder oracle check    a candidate's .npy outputs against golden files
 //   flashladder run             one step on the .npy inputs of a golden folder, outputs as .npy
 //   flashladder ring            step 11: ring attention on G GPUs over NCCL (app/ring_cmd.cpp)
+//   flashladder lab new STEP DIR   an exercise: the step with its idea cut out; lab check DIR: its check
 //   flashladder --help, flashladder SUBCOMMAND --help
 //
 // Exit status: 0 all good; 1 a check failed (or a step hit an error, or no step ran); 2 bad input
@@ -102,6 +103,23 @@ int main(int argc, char** argv) {
 
   RingOptions ring_o;
   CLI::App* ring = add_ring_command(app, ring_o);
+  // The lab kit (app/lab_cmd.cpp).
+  CLI::App* lab = app.add_subcommand("lab", "Exercises for courses: a step handed out with its idea to write, and its check");
+  lab->require_subcommand(1);
+  std::string lab_step, lab_dir, lab_mutation;
+  bool lab_solution = false, lab_force = false;
+  CLI::App* lab_new_c = lab->add_subcommand(
+      "new", "Write an exercise folder: the step's source with its idea cut out (TODO(lab) and a hint), README, build file");
+  lab_new_c->add_option("step", lab_step, "Step number (the exercises: 02, 05, 07, 08a, 09, 10)")->required();
+  lab_new_c->add_option("dir", lab_dir, "Folder to create")->required();
+  lab_new_c->add_flag("--solution", lab_solution, "Hand out the step whole, the cut lines kept (for instructors)");
+  lab_new_c->add_option("--mutate", lab_mutation,
+                        "Hand out the solution with a known mistake applied (a tests/lab/*.txt fixture; for instructors)");
+  lab_new_c->add_flag("--force", lab_force, "Write into a folder that is not empty");
+  std::string lab_check_dir;
+  CLI::App* lab_check_c = lab->add_subcommand(
+      "check", "Build the folder's source in place of the step and run the step's suite (exit 0 pass, 1 fail, 77 needs a GPU)");
+  lab_check_c->add_option("dir", lab_check_dir, "Folder made by 'lab new'")->required();
 
   try {
     app.parse(argc, argv);
@@ -111,6 +129,8 @@ int main(int argc, char** argv) {
   try {
     if (*steps) return list_steps(steps_names, steps_gpu, steps_d);
     if (*diff) return show_diff(diff_step);
+    if (*lab_new_c) return lab_new(lab_step, lab_dir, lab_solution, lab_mutation, lab_force);
+    if (*lab_check_c) return lab_check(lab_check_dir);
     if (*gen) return oracle_generate(gen_prob, gen_out);
     if (*ocheck) return oracle_check(chk_golden, chk_cand, chk_golden_bwd);
     if (*runf) return run_on_files(run_step_name, run_in, run_out, run_bwd);

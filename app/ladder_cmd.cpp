@@ -380,15 +380,18 @@ int show_diff(const std::string& name) {
     throw Error("flashladder diff needs the step sources: no attention.cu or attention.cpp in" + where +
                 " (install the program with 'cmake --install', which installs them, or run it from its build tree)");
   };
-  const std::string b = source(*s).string();
+  // The lab marks (// LAB:…, app/lab_cmd.cpp) are not part of a step's idea: diffed without them.
+  const std::string b = lab_stripped_copy(source(*s).string());
   // A step that adds the backward and runs its base's forward (09 on 08d) is its backward alone:
   // shown whole, as new lines.
-  const std::string a = s->diff_whole() ? std::string("/dev/null") : source(*base).string();
-  const std::string cmd = "diff -u '" + a + "' '" + b + "'";
+  const std::string a = s->diff_whole() ? std::string("/dev/null") : lab_stripped_copy(source(*base).string());
+  const std::string a_name = s->diff_whole() ? std::string("/dev/null") : source(*base).string();
+  const std::string cmd = "diff -u --label '" + a_name + "' --label '" + source(*s).string() + "' '" + a + "' '" + b + "'";
   std::cout << "# " << s->folder << " against " << base->folder
             << (s->diff_whole() ? " (whose forward it runs; its source is the backward, all new)" : "") << ": "
             << s->change << "\n" << std::flush;
   int rc = std::system(cmd.c_str());
+  fs::remove_all(fs::path(b).parent_path());  // the marks-free copies (lab_stripped_copy's folder)
   if (rc == -1) throw Error("could not run diff");
   return 0;  // diff exits 1 when files differ, which is the point
 }

@@ -23,7 +23,6 @@ import argparse
 import difflib
 import os
 import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -37,8 +36,8 @@ WHY = re.compile(r"<!-- fl:diff-why -->(.+?)<!-- /fl:diff-why -->", re.S)
 
 
 def count(old: str, new: str) -> tuple[int, int]:
-    """(+ lines, − lines) of `diff -u old new`, the two file-name lines not counted."""
-    r = subprocess.run(["diff", "-u", old, new], capture_output=True, text=True)
+    """(+ lines, − lines) of `diff -u old new`, the two file-name lines and the lab marks not counted."""
+    r = flr.diff_u(old, new)  # without the lab marks (// LAB:…): they are not the step's idea
     if r.returncode not in (0, 1):
         raise RuntimeError(f"diff -u {old} {new} failed: {r.stderr.strip()}")
     added = removed = 0

@@ -23,7 +23,6 @@ import argparse
 import html
 import os
 import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -254,8 +253,7 @@ def _convert_prose_pieces(line: str, links: Links, page_dir: str) -> str:
 # ------------------------------------------------------------------------------------------------------
 def diff_html(old: str, new: str, old_label: str, new_label: str) -> tuple[str, int, int]:
     """`diff -u` of two sources, as coloured HTML; returns (html, lines added, lines removed)."""
-    r = subprocess.run(["diff", "-u", "--label", old_label, "--label", new_label, old, new],
-                       capture_output=True, text=True)
+    r = flr.diff_u(old, new, (old_label, new_label))  # the lab marks (// LAB:…) left out
     if r.returncode not in (0, 1):
         raise RuntimeError(f"diff -u {old} {new} failed: {r.stderr.strip()}")
     rows, added, removed = [], 0, 0

@@ -170,3 +170,35 @@ def problem_text(problem: dict | None = None) -> str:
     p = problem or HEADLINE
     return (f"{p['dtype']}, B = {p['B']}, H = {p['H']}, N = {p['Nq']}, d = {p['d']}, "
             f"{'causal' if p['causal'] else 'non-causal'}, forward")
+
+
+# ------------------------------------------------------------------------------------------------------
+# The lab marks (issue 20, app/lab_cmd.cpp): `// LAB:BEGIN hint`, `// LAB:STUB code`, `// LAB:END` lines
+# in a step's source delimit its exercise. They are not part of the step's idea, so every rendering of a
+# source (the docs' diffs, docs/diff_lines.md's counts, `flashladder diff`) leaves them out.
+# ------------------------------------------------------------------------------------------------------
+LAB_MARK = re.compile(r"^[ \t]*// LAB:")
+
+
+def without_lab_marks(text: str) -> str:
+    return "".join(line for line in text.splitlines(keepends=True) if not LAB_MARK.match(line))
+
+
+def diff_u(old: str, new: str, labels: tuple[str, str] | None = None):
+    """`diff -u old new` (a subprocess.CompletedProcess, text) of the two sources without their lab marks."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for k, path in enumerate((old, new)):
+            if path == os.devnull:
+                paths.append(path)
+                continue
+            with open(path, encoding="utf-8") as f:
+                text = without_lab_marks(f.read())
+            p = os.path.join(tmp, f"{k}_{os.path.basename(path)}")
+            with open(p, "w", encoding="utf-8") as f:
+                f.write(text)
+            paths.append(p)
+        label_args = ["--label", labels[0], "--label", labels[1]] if labels else ["--label", old, "--label", new]
+        return subprocess.run(["diff", "-u", *label_args, *paths], capture_output=True, text=True)

@@ -9,6 +9,7 @@
 
 #include <ostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/tensor.hpp"

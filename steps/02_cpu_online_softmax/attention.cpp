@@ -58,6 +58,7 @@ void forward(const Problem& p, const ForwardArgs& a) {
           for (int64_t i = 0; i < p.Nq; ++i)
             for (int64_t j = std::max<int64_t>(j0, i + p.Nk - p.Nq + 1); j < j0 + bc; ++j) S_j(i, j - j0) = -inf;
 
+        // LAB:BEGIN for each row i of this key block (FA2 §2.3.1): the new running max m^(j), the factor e^{m^(j−1) − m^(j)}, P̃_j = e^{S_j − m^(j)} in place of S_j, the new ℓ^(j), and O rescaled by ℓ^(j−1)e^{m^(j−1) − m^(j)}/ℓ^(j) with P̃_j weighted by 1/ℓ^(j); rows with nothing visible yet add nothing
         for (int64_t i = 0; i < p.Nq; ++i) {
           const float m_new = std::max(m(i), S_j.row(i).maxCoeff());
           if (m_new == -inf) {  // nothing visible yet in this row: it adds nothing to O
@@ -72,9 +73,12 @@ void forward(const Problem& p, const ForwardArgs& a) {
           m(i) = m_new;
           l(i) = l_new;
         }
+        // LAB:END
         O.noalias() += S_j * V_j;  // rows with nothing visible yet hold zeros in S_j
       }
+      // LAB:BEGIN L = m + log ℓ for each row (the logsumexp of its scaled scores); +∞ for a row that saw no key
       for (int64_t i = 0; i < p.Nq; ++i) L[i] = l(i) > 0 ? m(i) + std::log(l(i)) : inf;
+      // LAB:END
     }
 }
 

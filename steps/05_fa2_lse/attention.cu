@@ -223,9 +223,12 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(
     }
     // Causal: the last row of Q_i sees keys up to i_last + Nk − Nq; the K_j past that are entirely
     // above the diagonal and are skipped (about half of them at Nq = Nk).
+    // LAB:BEGIN T_c, the number of K_j blocks this Q_i needs: all ceil(Nk / B_c) of them, or when causal only those up to the last key its last row may see (key j is visible to row i iff j <= i + Nk − Nq); the K_j above the diagonal are skipped
+    // LAB:STUB const int T_c = 0;  // (to write: no K_j is visited yet)
     const int i_last = min(i0 + B_r, Nq) - 1;
     const int n_keys = causal ? max(0, min(Nk, i_last + Nk - Nq + 1)) : Nk;
     const int T_c = ceil_div(n_keys, B_c);
+    // LAB:END
 
     for (int j = 0; j < T_c; ++j) {
       const int j0 = j * B_c;
@@ -295,6 +298,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(
 
         // Line 9, one thread per row: ℓ_i^(j) = e^{m_i^(j−1) − m_i^(j)} ℓ_i^(j−1) + rowsum(P̃_ij),
         // m_i ← m_i^(j), and the factor e^{m_i^(j−1) − m_i^(j)} for line 10. No division.
+        // LAB:BEGIN FA2 Algorithm 1, line 9, one thread per row r = s0 + tid (tid < B_s): m_i^(j) = max(m_i^(j−1), the kWarps maxima in m_red), rowsum(P̃_ij) = the sum of the kWarps sums in l_red, a_i[tid] = e^{m_i^(j−1) − m_i^(j)} (in base 2 with scale_log2, and 0 when no key was seen yet: m_sub), ℓ_i^(j) = a·ℓ_i^(j−1) + rowsum, m_i ← m_i^(j)
         if (tid < B_s) {
           const int r = s0 + tid;
           float m_new = m_i[r], l_tilde = 0.f;
@@ -309,8 +313,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(
           l_i[r] = alpha * l_i[r] + l_tilde;
           m_i[r] = m_new;
         }
+        // LAB:END
         __syncthreads();
         // Line 10: O_i ← diag(e^{m_i^(j−1) − m_i^(j)}) O_i + Σ_w (P̃_ij V_j)_w, on chip and un-scaled.
+        // LAB:BEGIN FA2 Algorithm 1, line 10: O_i ← diag(a_i) O_i + Σ over the kWarps warps of their P̃_ij V_j (in O_red), for the row o_r of the slice and the columns 4·o_c + 32·q this thread owns; un-scaled: no division by ℓ here
         {
           const float a = a_i[o_r];
           float* O_row = O_i + (s0 + o_r) * d + 4 * o_c;
@@ -326,12 +332,14 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(
             *reinterpret_cast<float4*>(O_row + 32 * q) = s;
           }
         }
+        // LAB:END
       }
     }
 
     __syncthreads();  // ℓ_i, m_i are final (also when causal skipped every K_j of this Q_i)
     // Lines 12–15: O_i = diag(ℓ_i)⁻¹ O_i in the storage type, L_i = m_i + log ℓ_i → device memory.
     // A row that saw no key has ℓ_i = 0: O = 0 (O_i stayed 0) and L = +∞.
+    // LAB:BEGIN FA2 Algorithm 1, lines 12–15: O_i = diag(ℓ_i)⁻¹ O_i stored in the storage type (store4), for the rows and columns this thread owns, rows past Nq not written; L_i = m_i + log ℓ_i (log_sum_exp in steps/device/math.cuh), +∞ where ℓ_i = 0
     for (int r = o_r; r < B_r; r += B_s)
       if (i0 + r < Nq) {
         const float inv = l_i[r] > 0.f ? 1.f / l_i[r] : 0.f;
@@ -343,6 +351,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(
       }
     if (tid < B_r && i0 + tid < Nq)
       L_bh[i0 + tid] = log_sum_exp(m_i[tid], l_i[tid], scale, scale_log2);
+    // LAB:END
     __syncthreads();  // before the next Q_i overwrites Q_i, O_i, m_i, ℓ_i
   }
 }

@@ -176,7 +176,10 @@ __global__ void __launch_bounds__(kThreads, d == 64 ? 2 : 1) attention_kernel(
 
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int rg = lane / CG, cg = lane % CG;   // S_ij: rows row0 + RG·ii, keys cg + CG·jj; O_i: columns 4 cg + 32 q
+  // LAB:BEGIN split-Q: row0, the first row of Q_i (within the block) that this thread's row group works on: each warp owns B_w whole rows of its own, and a thread's rows are row0 + RG·ii
+  // LAB:STUB const int row0 = rg;  // (to write: every warp takes the same rows)
   const int row0 = warp * B_w + rg;           // split-Q: this warp's rows of Q_i are warp·B_w … warp·B_w + B_w − 1
+  // LAB:END
   const int T_r = ceil_div(Nq, B_r);
 
   // One thread block per (Q_i, b, h), as in step 06.
@@ -235,6 +238,7 @@ __global__ void __launch_bounds__(kThreads, d == 64 ? 2 : 1) attention_kernel(
       // row group: its max and sum are shuffles within the warp, no shared memory, no barrier. A row
       // that has seen no key yet has m_i^(j) = −∞: subtract 0 instead, never −∞ − (−∞).
       // Line 10, first half: O_i ← diag(e^{m_i^(j−1) − m_i^(j)}) O_i, in registers.
+      // LAB:BEGIN lines 9 and 10 for this thread's TM rows, with no shared memory and no barrier across warps: the row max over the thread's TN scores and then over the row's CG lanes (row_max), m_sub (0 while the row has seen no key), alpha = e^{m_i^(j−1) − m_i^(j)}, P̃ into this warp's rows of P_ij, ℓ_i with row_sum, O_i *= alpha in registers; then __syncwarp and O_i += P̃_ij V_j with tile_PV
 #pragma unroll
       for (int ii = 0; ii < TM; ++ii) {
         float mx = m_i[ii];
@@ -259,6 +263,7 @@ __global__ void __launch_bounds__(kThreads, d == 64 ? 2 : 1) attention_kernel(
       // Line 10, second half: O_i ← O_i + P̃_ij V_j for this warp's rows, over all B_c keys,
       // straight into the registers of O_i.
       tile_PV<TM, TD, B_c, LD, LDP>(O_i, P_ij + row0 * LDP, V_s + 4 * cg);
+      // LAB:END
       __syncthreads();  // every warp is done with K_j, V_j (and Q_i) before they are overwritten
     }
 

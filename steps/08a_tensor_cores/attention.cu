@@ -140,6 +140,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
       for (int n = 0; n < B_c / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) S_ij[mt][n][e] = 0.f;
+    // LAB:BEGIN line 8 on tensor cores: for each k-step of 16 dims, Q_i's A fragments (one ldmatrix_x4 per m-tile) and K_j's B fragments (one ldmatrix_x4 gives two n-tiles: K_j's rows are the columns of B = K_jᵀ), then mma_m16n8k16 into S_ij[mt][n]; the accumulator layout is in the comment of S_ij above
 #pragma unroll
     for (int k = 0; k < d / 16; ++k) {
       // A = Q_i[16 rows][16 cols at 16k], one ldmatrix.x4: lanes 0–15 give rows 0–15 at col 16k
@@ -167,6 +168,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
         }
       }
     }
+    // LAB:END
 
     // No pass scaling S_ij by τ: the scale is folded into the exponent below.
 
@@ -237,6 +239,8 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
       // a0 = P̃[g][16k + 2t..]     = S_ij[2k][0, 1]      a1 = P̃[g+8][16k + 2t..]     = S_ij[2k][2, 3]
       // a2 = P̃[g][16k + 8 + 2t..] = S_ij[2k+1][0, 1]    a3 = P̃[g+8][16k + 8 + 2t..] = S_ij[2k+1][2, 3]
       uint32_t a[M_t][4];  // P̃_ij fragments: M_t × [16][16]
+      // LAB:BEGIN P̃_ij stays in registers: the accumulators of S_ij's n-tiles 2k and 2k + 1 are, rounded to T and packed in pairs (mma::pack2), exactly the A fragment a0…a3 of m16n8k16 for keys 16k … 16k + 15 (the comment above gives the mapping)
+      // LAB:STUB for (int mt = 0; mt < M_t; ++mt) a[mt][0] = a[mt][1] = a[mt][2] = a[mt][3] = 0u;  // (to write)
 #pragma unroll
       for (int mt = 0; mt < M_t; ++mt) {
         a[mt][0] = mma::pack2<T>(S_ij[mt][2 * k][0], S_ij[mt][2 * k][1]);
@@ -244,6 +248,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
         a[mt][2] = mma::pack2<T>(S_ij[mt][2 * k + 1][0], S_ij[mt][2 * k + 1][1]);
         a[mt][3] = mma::pack2<T>(S_ij[mt][2 * k + 1][2], S_ij[mt][2 * k + 1][3]);
       }
+      // LAB:END
 #pragma unroll
       for (int n = 0; n < d / 16; ++n) {
         // B = V_j[16 keys at 16k][8 dims]: b0 = V_j[16k + 2t..2t+1][8n' + g] is a column pair, so the

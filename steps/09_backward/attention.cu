@@ -292,6 +292,7 @@ backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     // P_ij = exp(scale·S_ij − L_i), in place. The mask only where a key is missing (past Nk) or
     // invisible (causal, the block crosses the diagonal); L = +∞ rows give exp2(−∞) = 0 unmasked.
     const bool need_mask = j0 + B_c > n.Nk || (n.causal && j0 + B_c - 1 > i0 + n.Nk - n.Nq);
+    // LAB:BEGIN Algorithm 2, line 11: P_ij = exp(scale·S_ij − L_i) recomputed from the forward's L (L2_i is L_i·log₂e, so in base 2: exp2_ftz(S·scale_log2 − L2_i)), in place in S_ij, 0 for a key past Nk or above the diagonal when need_mask; element e of tile (mt, nt) is row s_m + 16mt + g + 8(e >> 1), column s_n + 8nt + 2t + (e & 1)
 #pragma unroll
     for (int mt = 0; mt < MT_S; ++mt)
 #pragma unroll
@@ -306,6 +307,7 @@ backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
           }
           S_ij[mt][nt][e] = p;  // now P_ij
         }
+    // LAB:END
 
     // P_ij, rounded to the storage type, → registers (packed in pairs) and → shared memory: dV_j +=
     // P_ijᵀ dO_i needs it transposed and spread over other warps' rows. The packed copy is what dS_ij
@@ -331,6 +333,7 @@ backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 
     // dS_ij = P_ij ∘ (dP_ij − D_i) → shared memory (dQ_i needs rows of it that other warps computed,
     // dK_j needs it transposed).
+    // LAB:BEGIN Algorithm 2, line 14: dS_ij = P_ij ∘ (dP_ij − D_i), elementwise in registers (P_ij from its packed copy, D_i per row: D_i[mt][0] for row g, [1] for row g + 8), rounded to T and stored to dS_s at the same place P_ij went in P_s
 #pragma unroll
     for (int mt = 0; mt < MT_S; ++mt)
 #pragma unroll
@@ -341,6 +344,7 @@ backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         store2(ds_s + 8 * ldS,
                pack2<T>(p1.x * (dP_ij[mt][nt][2] - D_i[mt][1]), p1.y * (dP_ij[mt][nt][3] - D_i[mt][1])));
       }
+    // LAB:END
 
     // Barrier B: P_ij and dS_ij are complete in shared memory.
     __syncthreads();
@@ -357,6 +361,7 @@ backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     float dQ_i[MT_Q][NT_Q][4];  // the warp's [16·MT_Q][8·NT_Q] block of this Q_i's dQ contribution
     zero(dQ_i);
     warp_gemm<MT_Q, NT_Q, B_c, false, true, B_c / 16>(dQ_i, dS_s, ldS, q_m, K_s, ld, q_n, lane);
+    // LAB:BEGIN Algorithm 2, line 15: add this block's dQ_i contribution (the warp's dQ_i[mt][nt], rows q_m + 16mt + g + 8hh, columns q_n + 8nt + 2t, +1) into dQ_acc (fp32, [bh][Nq][d]) with atomicAdd: every K_j block adds into the same rows; rows past Nq are not stored
 #pragma unroll
     for (int mt = 0; mt < MT_Q; ++mt)
 #pragma unroll
@@ -376,6 +381,7 @@ backward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
           }
         }
       }
+    // LAB:END
   }
   cp_async_wait<0>();  // nothing in flight at exit (n_iter = 0 cannot happen, but stay safe)
 

@@ -336,6 +336,7 @@ merge_kernel(const float* __restrict__ O_part, const float* __restrict__ L_part,
   const int lane = threadIdx.x % 32;
   const int64_t R = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;  // this warp's row
   if (R >= rows_total) return;  // whole warps: the shuffles below see all 32 lanes
+  // LAB:BEGIN the logsumexp merge of row R's S partials (O_s in O_part, L_s in L_part, [S][rows_total](×d)), one warp per row: m = max_s L_s (lanes stride over s, then shuffles), ℓ = Σ_s e^{L_s − m}, L = m + ln ℓ, O = Σ_s (e^{L_s − m}/ℓ) O_s stored as T; a row no split saw (every L_s = −∞) gets O = 0, L = +∞ without computing −∞ − (−∞)
   float m = -INFINITY;
   for (int s = lane; s < S; s += 32) m = fmaxf(m, L_part[s * rows_total + R]);
 #pragma unroll
@@ -362,6 +363,7 @@ merge_kernel(const float* __restrict__ O_part, const float* __restrict__ L_part,
     *reinterpret_cast<uint2*>(O_g + 4 * c) = make_uint2(mma::pack2<T>(o.x, o.y), mma::pack2<T>(o.z, o.w));
   }
   if (lane == 0) L[R] = m + logf(l);
+  // LAB:END
 }
 
 // ---- Host side ----------------------------------------------------------------------------------
