@@ -10,11 +10,14 @@ target_sources(flashladder_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/test_ring_p
 # rank ended and named, a missing row caught by the check) is tested in CI.
 # (app/ladder_cmd.cpp holds the problem options; the cuBLAS baselines it names are the no-GPU stubs here.)
 add_executable(flashladder_ring_launcher ring_launcher_main.cpp ring_fake_rank.cpp ${PROJECT_SOURCE_DIR}/app/ring_cmd.cpp
-               ${PROJECT_SOURCE_DIR}/app/ladder_cmd.cpp ${PROJECT_SOURCE_DIR}/app/baselines_nogpu.cpp sampled_reference.cpp)
+               ${PROJECT_SOURCE_DIR}/app/ladder_cmd.cpp ${PROJECT_SOURCE_DIR}/app/lab_cmd.cpp
+               ${PROJECT_SOURCE_DIR}/app/baselines_nogpu.cpp sampled_reference.cpp)
 target_link_libraries(flashladder_ring_launcher PRIVATE flashladder_core CLI11::CLI11)
 target_compile_definitions(flashladder_ring_launcher PRIVATE FLASHLADDER_HAVE_NCCL  # the launcher's path; no NCCL is called
   # app/ladder_cmd.cpp's `diff` looks for installed step sources (the program's own definitions)
-  FLASHLADDER_INSTALL_DATADIR="${CMAKE_INSTALL_DATADIR}" FLASHLADDER_INSTALL_BINDIR="${CMAKE_INSTALL_BINDIR}")
+  FLASHLADDER_INSTALL_DATADIR="${CMAKE_INSTALL_DATADIR}" FLASHLADDER_INSTALL_BINDIR="${CMAKE_INSTALL_BINDIR}"
+  # and `diff` hides the lab marks with app/lab_cmd.cpp's helper, which needs the lab kit's definitions
+  FLASHLADDER_BINARY_DIR="${CMAKE_BINARY_DIR}" FLASHLADDER_CMAKE_COMMAND="${CMAKE_COMMAND}")
 target_compile_options(flashladder_ring_launcher PRIVATE $<$<BOOL:${FLASHLADDER_NATIVE}>:-march=native>)
 # fl_ring_launcher_test(name exit-status regex [ENV VAR=value …] ARGS ring-arguments …)
 function(fl_ring_launcher_test name rc expect)
