@@ -12,22 +12,7 @@ std::optional<DeviceInfo> gpu_device(std::string* why) {
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0) {
     cudaGetLastError();
-    if (why) {
-      // Without any driver the runtime says "CUDA driver version is insufficient for CUDA runtime
-      // version", which sends a user without a GPU after a driver upgrade. cudaDriverGetVersion
-      // gives 0 when no driver is installed: say that plainly.
-      int drv = 0;
-      const bool have_driver = cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0;
-      cudaGetLastError();
-      const std::string drv_text =
-          have_driver ? "driver for CUDA " + std::to_string(drv / 1000) + "." + std::to_string(drv % 1000 / 10) : "";
-      if (!have_driver)
-        *why = "no CUDA device (no driver found)";
-      else if (e == cudaSuccess || e == cudaErrorNoDevice)
-        *why = "no CUDA device (a " + drv_text + " is installed, but it sees no device)";
-      else
-        *why = std::string("no usable CUDA device (") + drv_text + "): " + cudaGetErrorString(e);
-    }
+    if (why) *why = no_device_reason(e);
     return std::nullopt;
   }
   int dev = 0;

@@ -85,6 +85,21 @@ void dispatch_dtype(DType t, F&& f) {
   }
 }
 
+/// Why there is no usable device, from cudaGetDeviceCount's error e (cudaSuccess with 0 devices
+/// too), in one wording for every place that asks. Without any driver the runtime says "CUDA driver
+/// version is insufficient for CUDA runtime version", which sends a user without a GPU after a
+/// driver upgrade; cudaDriverGetVersion gives 0 when no driver is installed: that is said plainly.
+inline std::string no_device_reason(cudaError_t e) {
+  int drv = 0;
+  const bool have_driver = cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0;
+  cudaGetLastError();
+  const std::string drv_text =
+      have_driver ? "driver for CUDA " + std::to_string(drv / 1000) + "." + std::to_string(drv % 1000 / 10) : "";
+  if (!have_driver) return "no CUDA device (no driver found)";
+  if (e == cudaSuccess || e == cudaErrorNoDevice) return "no CUDA device (a " + drv_text + " is installed, but it sees no device)";
+  return std::string("no usable CUDA device (") + drv_text + "): " + cudaGetErrorString(e);
+}
+
 /// Integer ceiling division for grid sizes.
 template <class T>
 __host__ __device__ constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }

@@ -761,11 +761,11 @@ void make_unique_id(char id[kUniqueIdBytes]) {
 int device_count(std::string* why) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    if (why) *why = std::string("no usable CUDA device: ") + cudaGetErrorString(e);
+  if (e != cudaSuccess || n == 0) {
+    if (why) *why = no_device_reason(e);  // the wording of every other place (common/cuda.cuh)
+    cudaGetLastError();
     return 0;
   }
-  if (n == 0 && why) *why = "no CUDA device on this machine";
   return n;
 }
 
