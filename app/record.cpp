@@ -62,6 +62,10 @@ Environment cpu_environment() {
   return e;
 }
 
+std::string driver_version_text() {
+  return run("nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1");
+}
+
 Environment gpu_environment() {
   Environment e = cpu_environment();
   std::string why;
@@ -70,7 +74,7 @@ Environment gpu_environment() {
     e.sm_count = d->sm_count;
     e.cuda = d->cuda;
     // The driver's own version (580.x) from nvidia-smi; the CUDA version the driver supports otherwise.
-    std::string v = run("nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1");
+    std::string v = driver_version_text();
     e.driver = v.empty() ? d->driver : v;
   }
   return e;

@@ -29,6 +29,9 @@ Environment cpu_environment();
 /// The CUDA device's fields filled in, when there is one.
 Environment gpu_environment();
 
+/// The driver's own version ("580.159.04") from nvidia-smi; "" where there is none. No CUDA call.
+std::string driver_version_text();
+
 /// The git commit of the source tree this binary was built from ("unknown" outside a checkout).
 std::string source_commit();
 

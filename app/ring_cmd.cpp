@@ -170,17 +170,6 @@ int count_gpus(std::string* why, std::string* name) {
   return n;
 }
 
-std::string run_text(const std::string& cmd) {
-  std::string out;
-  if (FILE* f = popen(cmd.c_str(), "r")) {
-    std::array<char, 256> buf{};
-    while (fgets(buf.data(), int(buf.size()), f)) out += buf.data();
-    pclose(f);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
 std::string fmt(double x, int prec) {
   std::ostringstream s;
   s << std::fixed << std::setprecision(prec) << x;
@@ -482,16 +471,14 @@ int run_ring(const RingOptions& o) {
   if (o.reps > 0) {
     print_timing("forward", plan, reports, false);
     if (o.backward) print_timing("backward", plan, reports, true);
-    std::ofstream json;
-    if (!o.json.empty()) {
-      json.open(o.json, std::ios::app);
-      if (!json) throw Error("cannot open '" + o.json + "' for writing");
-    }
+    RecordFile json(o.json);  // every record flushed and checked: lost records end the run (exit 2)
     Environment env = cpu_environment();
     env.device = reports[0].device;
     env.sm_count = reports[0].sm_count;
     env.cuda = reports[0].cuda;
-    const std::string drv = run_text("nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1");
+    // The parent never touches CUDA (its children could not use it after the fork), so not
+    // gpu_environment(): the device fields come from rank 0, the driver from nvidia-smi.
+    const std::string drv = driver_version_text();
     env.driver = drv.empty() ? reports[0].driver : drv;
     for (bool bwd : {false, true}) {
       if (bwd && !o.backward) break;
@@ -529,7 +516,7 @@ int run_ring(const RingOptions& o) {
       rec["check"] = check;
       rec["pass_check"] = checking ? nlohmann::json(pass) : nlohmann::json(nullptr);
       rec["nccl_nvls_enable"] = "0";
-      if (json) json << rec.dump() << "\n";
+      json.write(rec);
       double lo = 1e300, hi = 0;
       for (auto& b : rank_busy) { lo = std::min(lo, b.get<double>()); hi = std::max(hi, b.get<double>()); }
       std::cout << (bwd ? "backward" : "forward") << ": " << fmt(st.median_ms, 3) << " ms (slowest rank), "
