@@ -24,10 +24,10 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(FL_ORACLE_HEADERS common/problem.hpp common/tensor.hpp common/compare.hpp common/npy.hpp
-    reference/oracle.hpp reference/verify.hpp reference/golden.hpp)
+    reference/oracle.hpp reference/verify.hpp reference/golden.hpp reference/sampled.hpp)
 add_library(flashladder_oracle STATIC
   common/problem.cpp common/tensor.cpp common/compare.cpp common/npy.cpp
-  reference/oracle.cpp reference/verify.cpp reference/golden.cpp)
+  reference/oracle.cpp reference/verify.cpp reference/golden.cpp reference/sampled.cpp)
 add_library(flashladder::oracle ALIAS flashladder_oracle)
 set_target_properties(flashladder_oracle PROPERTIES EXPORT_NAME oracle OUTPUT_NAME flashladder_oracle
                       POSITION_INDEPENDENT_CODE ON)  # linkable into shared libraries (the C API)
