@@ -267,7 +267,7 @@ int run_ladder(const LadderOptions& o) {
           rows.push_back(r);
           continue;
         }
-        std::string why = s->refusal(p);
+        std::string why = s->why_not(p);  // the row names the step already
         if (!why.empty()) {
           r.status = "not run: " + why;
           ++tally.refused;

@@ -170,24 +170,27 @@ std::string arch_refusal(Arch arch) {
 }
 }  // namespace
 
-std::string Step::refusal(const Problem& p) const {
+std::string Step::why_not(const Problem& p) const {
   std::string why = p.invalid_reason();
   if (!why.empty()) return "invalid problem: " + why;
   if (!supports_dtype(p.dtype))
-    return "step " + folder + " does not support storage type " + dtype_name(p.dtype) +
-           "; it supports " + dtypes_text();
+    return std::string("does not support storage type ") + dtype_name(p.dtype) + "; it supports " + dtypes_text();
   if (!supports_d(p.d))
-    return "step " + folder + " does not support head dim d = " + std::to_string(p.d) +
-           "; it supports d in {" + head_dims_text() + "}";
+    return "does not support head dim d = " + std::to_string(p.d) + "; it supports d in {" + head_dims_text() + "}";
   if (!impl) {
 #ifdef FLASHLADDER_HAVE_CUDA
-    return "step " + folder + " is not in this build: its source steps/" + folder + "/attention.cu was not compiled";
+    return "is not in this build: its source steps/" + folder + "/attention.cu was not compiled";
 #else
-    return "step " + folder + " is not in this build: it needs CUDA (nvcc was not found when the build was configured)";
+    return "is not in this build: it needs CUDA (nvcc was not found when the build was configured)";
 #endif
   }
   why = arch_refusal(arch);
   if (why.empty() && impl->limits) why = impl->limits(p);
+  return why;
+}
+
+std::string Step::refusal(const Problem& p) const {
+  const std::string why = why_not(p);
   return why.empty() ? "" : named(why);
 }
 
