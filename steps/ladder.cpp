@@ -170,6 +170,31 @@ std::string arch_refusal(Arch arch) {
 }
 }  // namespace
 
+unsigned variants_of(const Problem& p) {
+  unsigned v = 0;
+  if (p.windowed()) v |= kWindow;
+  if (p.softcap) v |= kSoftcap;
+  if (p.alibi != Alibi::none) v |= kAlibi;
+  if (p.varlen()) v |= kVarlen;
+  if (!p.seqused_k.empty()) v |= kSeqused;
+  return v;
+}
+
+namespace {
+// What a variant bit is, in words, with the problem's value of it.
+std::string variant_text(unsigned bit, const Problem& p) {
+  std::ostringstream s;
+  switch (bit) {
+    case kWindow: s << "sliding window (window_left=" << p.window_left << ", window_right=" << p.window_right << ")"; break;
+    case kSoftcap: s << "softcap (softcap=" << (p.softcap ? *p.softcap : 0.0) << ")"; break;
+    case kAlibi: s << "ALiBi (alibi=" << alibi_name(p.alibi) << ")"; break;
+    case kVarlen: s << "variable length (cu_seqlens_q, cu_seqlens_k: " << p.B << " packed sequences)"; break;
+    case kSeqused: s << "per-sequence key lengths (seqused_k)"; break;
+  }
+  return s.str();
+}
+}  // namespace
+
 std::string Step::refusal(const Problem& p) const {
   std::string why = p.invalid_reason();
   if (!why.empty()) return "invalid problem: " + why;
@@ -179,6 +204,15 @@ std::string Step::refusal(const Problem& p) const {
   if (!supports_d(p.d))
     return "step " + folder + " does not support head dim d = " + std::to_string(p.d) +
            "; it supports d in {" + head_dims_text() + "}";
+  const unsigned missing = variants_of(p) & ~variants;
+  for (unsigned bit : {kWindow, kSoftcap, kAlibi, kVarlen, kSeqused}) {
+    if (!(missing & bit)) continue;
+    std::string who;
+    for (const Step& s : ladder())
+      if (s.variants & bit) who += (who.empty() ? "" : ", ") + s.folder;
+    return "step " + folder + " does not support " + variant_text(bit, p) + "; " +
+           (who.empty() ? std::string("no step of the ladder supports it yet") : "the steps that do: " + who);
+  }
   if (!impl) {
 #ifdef FLASHLADDER_HAVE_CUDA
     return "step " + folder + " is not in this build: its source steps/" + folder + "/attention.cu was not compiled";
