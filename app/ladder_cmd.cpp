@@ -31,7 +31,7 @@ void ProblemOptions::add_to(CLI::App& app) {
   app.add_flag("--deterministic", deterministic,
                "Backward in a fixed order of dQ additions: bitwise-reproducible dQ, dK, dV (steps that have it: 09c)");
   app.add_option("--scale", scale, "Softmax scale (default 1/sqrt(d))");
-  // The variants (docs/variants.md). Negative numbers after an option: write --window=-1,0.
+  // The variants (docs/variants.md).
   app.add_option("--window", window,
                  "Sliding window L,R: query i sees key j iff i+Nk-Nq-L <= j <= i+Nk-Nq+R; -1 = unbounded on that side "
                  "(causal is -1,0; intersected with --causal). Write --window=-1,0 when L is negative")
@@ -104,7 +104,7 @@ Problem ProblemOptions::problem() const {
     const int64_t n = int64_t(cu_seqlens_q.size()) - 1;
     if (batch_opt && batch_opt->count() > 0 && B != n)
       throw Error("-B " + std::to_string(B) + " disagrees with --cu-seqlens-q, which gives " + std::to_string(n) +
-                  " sequences (B + 1 offsets); leave -B out with variable length");
+                  " sequence(s) (B + 1 offsets); leave -B out with variable length");
     p.B = n;
     const bool n_given = seq_opt && seq_opt->count() > 0;
     auto longest = [](const std::vector<int32_t>& cu) {

@@ -38,19 +38,22 @@ namespace fl {
 namespace {
 const std::vector<DType> kCpuTypes = {DType::f32};
 const std::vector<DType> kGpuTypes = {DType::f16, DType::bf16};  // steps/launch.cuh dispatches these
+// Every variant of issue 21 (window, softcap, ALiBi, varlen, seqused_k): the CPU steps' S changes by
+// one line each (docs/variants.md).
+constexpr unsigned kAllVariants = kWindow | kSoftcap | kAlibi | kVarlen | kSeqused;
 }  // namespace
 
 // An entry: {number, folder, the one idea, Where, backward?, storage types, HeadDims list, impl, base,
-// Arch (default any)}. The head-dim lists are in steps/ladder.hpp; scripts/fl_results.py reads both.
+// Arch (default any), deterministic backward? (default no), Variant bits (default none)}. The head-dim lists are in steps/ladder.hpp; scripts/fl_results.py reads both.
 
 const std::vector<Step>& ladder() {
   static const std::vector<Step> steps = {
       {"01", "01_cpu_standard",
        "Algorithm 0 with Eigen: S = QKᵀ, P = softmax(S), O = PV, S and P materialised (O(N²) memory)",
-       Where::cpu, false, kCpuTypes, AnyD::list(), &s01::impl, ""},
+       Where::cpu, false, kCpuTypes, AnyD::list(), &s01::impl, "", Arch::any, false, kAllVariants},
       {"02", "02_cpu_online_softmax",
        "one pass over the keys with running max m, running sum ℓ and a rescaled accumulator: no N×N matrix",
-       Where::cpu, false, kCpuTypes, AnyD::list(), &s02::impl, "01"},
+       Where::cpu, false, kCpuTypes, AnyD::list(), &s02::impl, "01", Arch::any, false, kAllVariants},
       {"03", "03_cuda_naive",
        "Algorithm 0 on the GPU: three kernels (scores, row softmax, PV), S and P in device memory",
        Where::gpu, false, kGpuTypes, CudaCoreD::list(), FL_GPU(s03::impl), "02"},
