@@ -5,12 +5,16 @@
 //   fl_forward(step, problem…, q, k, v, o, lse, ws, stream)  0 on success; otherwise 1 and a message
 //   fl_backward(step, problem…, q, k, v, o, lse, dO, dq, dk, dv, ws, stream)
 //   fl_set_deterministic(on)                                 the deterministic backward for later calls
+//   fl_set_window(left, right), fl_set_softcap(c), fl_set_alibi(mode, slopes),
+//   fl_set_varlen(n, cu_q, cu_k, cu_q_dev, cu_k_dev), fl_set_seqused_k(n, used, used_dev),
+//   fl_reset_variants()                                      the variants (issue 21) of later calls
 // The problem is passed as B, H, H_kv, Nq, Nk, d, causal, scale (<= 0: default), dtype (0 fp32,
 // 1 fp16, 2 bf16). Checks are the same as the program's: an unsupported problem is refused with a
 // message before any launch. Launches are asynchronous on the given stream; errors of the launch
 // itself are reported.
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "steps/ladder.hpp"
 
@@ -18,6 +22,20 @@ namespace {
 
 thread_local std::string g_error;
 thread_local bool g_deterministic = false;  // fl_set_deterministic: Problem::deterministic of later calls
+
+// The variants of later calls on this thread (fl_set_window …). Host copies of the offsets make the
+// Problem (its checks and sizes); the device pointers, owned by the caller, go to the step.
+struct Variants {
+  int64_t window_left = -1, window_right = -1;
+  double softcap = 0;  // 0: none (FlashAttention's convention); anything else is judged as given
+  int alibi = 0;       // 0 none, 1 heads [H], 2 batch_heads [B][H]
+  const float* slopes = nullptr;
+  std::vector<int32_t> cu_q, cu_k, used_k;
+  const int32_t* cu_q_dev = nullptr;
+  const int32_t* cu_k_dev = nullptr;
+  const int32_t* used_k_dev = nullptr;
+};
+thread_local Variants g_var;
 
 fl::Problem make(int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64_t d, int causal, double scale,
                  int dtype) {
@@ -27,7 +45,36 @@ fl::Problem make(int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int
   if (scale > 0) p.scale = scale;
   p.dtype = dtype == 0 ? fl::DType::f32 : dtype == 1 ? fl::DType::f16 : fl::DType::bf16;
   p.deterministic = g_deterministic;
+  p.window_left = g_var.window_left;
+  p.window_right = g_var.window_right;
+  if (g_var.softcap != 0) p.softcap = g_var.softcap;  // NaN != 0: kept, and refused by the checks
+  if (g_var.alibi < 0 || g_var.alibi > 2)
+    throw fl::Error("fl_set_alibi: mode " + std::to_string(g_var.alibi) + " is not 0 (none), 1 (heads: slopes [H]) or "
+                    "2 (batch_heads: slopes [B][H])");
+  p.alibi = g_var.alibi == 0 ? fl::Alibi::none : g_var.alibi == 1 ? fl::Alibi::heads : fl::Alibi::batch_heads;
+  if (p.alibi != fl::Alibi::none && !g_var.slopes)
+    throw fl::Error("fl_set_alibi: ALiBi is on but its slopes pointer is null");
+  p.cu_seqlens_q = g_var.cu_q;
+  p.cu_seqlens_k = g_var.cu_k;
+  p.seqused_k = g_var.used_k;
+  if (p.varlen() && !(g_var.cu_q_dev && g_var.cu_k_dev))
+    throw fl::Error("fl_set_varlen: the offsets' device copies (cu_q_dev, cu_k_dev) are null");
+  if (!p.seqused_k.empty() && !g_var.used_k_dev) throw fl::Error("fl_set_seqused_k: its device copy (used_dev) is null");
   return p;
+}
+
+// The variants' pointers on a step's arguments.
+template <class Args>
+Args with_variants(Args a) {
+  a.alibi_slopes = g_var.alibi ? g_var.slopes : nullptr;
+  a.cu_seqlens_q = g_var.cu_q.empty() ? nullptr : g_var.cu_q_dev;
+  a.cu_seqlens_k = g_var.cu_k.empty() ? nullptr : g_var.cu_k_dev;
+  a.seqused_k = g_var.used_k.empty() ? nullptr : g_var.used_k_dev;
+  return a;
+}
+
+std::vector<int32_t> host_copy(int n, const int32_t* x) {
+  return n > 0 && x ? std::vector<int32_t>(x, x + n) : std::vector<int32_t>();
 }
 
 const fl::Step& step_or_throw(const char* name, const fl::Problem& p, bool backward) {
@@ -73,6 +120,38 @@ const char* fl_last_error() { return g_error.c_str(); }
 /// that has a deterministic mode (09c) then adds dQ in a fixed order; other steps' backward refuse it.
 void fl_set_deterministic(int on) { g_deterministic = on != 0; }
 
+/// The variants of the calls that follow on this thread (docs/variants.md); each is checked by those
+/// calls, which refuse a bad value with a message naming the field. fl_reset_variants() clears them all.
+/// Sliding window: keys further than left (right) from the diagonal are masked; -1 = unbounded.
+void fl_set_window(int64_t left, int64_t right) {
+  g_var.window_left = left;
+  g_var.window_right = right;
+}
+/// Logit soft-capping c·tanh(x / c); 0 turns it off (FlashAttention's convention).
+void fl_set_softcap(double c) { g_var.softcap = c; }
+/// ALiBi: mode 0 none, 1 one slope per query head (fp32 [H]), 2 per sequence and head ([B][H]);
+/// slopes where the step runs (device memory for GPU steps), owned by the caller.
+void fl_set_alibi(int mode, const float* slopes) {
+  g_var.alibi = mode;
+  g_var.slopes = slopes;
+}
+/// Variable length: n = B + 1 offsets of the packed queries and keys, read from the host arrays
+/// cu_q, cu_k (copied here) and passed to the step as the device copies cu_q_dev, cu_k_dev (owned by
+/// the caller, holding the same values). n = 0 turns it off. B, Nq, Nk of later calls are then the
+/// number of sequences and the longest a sequence may be.
+void fl_set_varlen(int n, const int32_t* cu_q, const int32_t* cu_k, const int32_t* cu_q_dev, const int32_t* cu_k_dev) {
+  g_var.cu_q = host_copy(n, cu_q);
+  g_var.cu_k = host_copy(n, cu_k);
+  g_var.cu_q_dev = cu_q_dev;
+  g_var.cu_k_dev = cu_k_dev;
+}
+/// Keys used per sequence (n = B values, host array copied, device copy passed to the step); n = 0: off.
+void fl_set_seqused_k(int n, const int32_t* used, const int32_t* used_dev) {
+  g_var.used_k = host_copy(n, used);
+  g_var.used_k_dev = used_dev;
+}
+void fl_reset_variants() { g_var = Variants{}; }
+
 long long fl_workspace_bytes(const char* step, int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64_t d,
                              int causal, double scale, int dtype, int backward) {
   long long out = -1;
@@ -90,7 +169,7 @@ int fl_forward(const char* step, int64_t B, int64_t H, int64_t H_kv, int64_t Nq,
   return guarded([&] {
     fl::Problem p = make(B, H, H_kv, Nq, Nk, d, causal, scale, dtype);
     const fl::Step& s = step_or_throw(step, p, false);
-    in_step(s, [&] { s.impl->forward(p, {q, k, v, o, lse, ws, stream}); });
+    in_step(s, [&] { s.impl->forward(p, with_variants(fl::ForwardArgs{q, k, v, o, lse, ws, stream})); });
   });
 }
 
@@ -100,7 +179,7 @@ int fl_backward(const char* step, int64_t B, int64_t H, int64_t H_kv, int64_t Nq
   return guarded([&] {
     fl::Problem p = make(B, H, H_kv, Nq, Nk, d, causal, scale, dtype);
     const fl::Step& s = step_or_throw(step, p, true);
-    in_step(s, [&] { s.impl->backward(p, {q, k, v, o, lse, dO, dq, dk, dv, ws, stream}); });
+    in_step(s, [&] { s.impl->backward(p, with_variants(fl::BackwardArgs{q, k, v, o, lse, dO, dq, dk, dv, ws, stream})); });
   });
 }
 

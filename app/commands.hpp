@@ -22,6 +22,15 @@ struct ProblemOptions {
   std::optional<double> scale;  // empty: the default 1/sqrt(d)
   std::string dtype = "fp16";
   uint64_t seed = 1;
+  // The variants (issue 21, docs/variants.md); unset: the plain problem.
+  std::vector<int64_t> window;                 // --window L,R
+  std::optional<double> softcap;               // --softcap C
+  std::string alibi;                           // --alibi heads|batch_heads ("" none)
+  std::vector<int32_t> cu_seqlens_q, cu_seqlens_k, seqused_k;
+  // Whether -B and -N were given (with variable length they default to the offsets' count and longest
+  // sequence instead); set by add_to, read by problem().
+  const CLI::Option* batch_opt = nullptr;
+  const CLI::Option* seq_opt = nullptr;
   void add_to(CLI::App& app);
   Problem problem() const;  // throws fl::Error naming a bad field
 };

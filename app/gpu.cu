@@ -46,9 +46,11 @@ void allocate(DeviceBuffer& b, size_t bytes, const char* what) {
   }
 }
 
-// One set of a problem's tensors on the device, in the storage type.
+// One set of a problem's tensors on the device, in the storage type; the variants' data (ALiBi slopes
+// fp32, the varlen offsets and seqused_k int32) beside them when the problem uses them.
 struct DeviceSet {
   DeviceBuffer q, k, v, dO, o, lse, dq, dk, dv;
+  DeviceBuffer slopes, cu_q, cu_k, used_k;
 
   explicit DeviceSet(const Problem& p, bool backward) {
     const size_t e = size_t(dtype_bytes(p.dtype));
@@ -63,6 +65,10 @@ struct DeviceSet {
       allocate(dk, e * p.kv_elems(), "dK");
       allocate(dv, e * p.kv_elems(), "dV");
     }
+    allocate(slopes, 4 * size_t(p.alibi_elems()), "the ALiBi slopes");
+    allocate(cu_q, 4 * p.cu_seqlens_q.size(), "cu_seqlens_q");
+    allocate(cu_k, 4 * p.cu_seqlens_k.size(), "cu_seqlens_k");
+    allocate(used_k, 4 * p.seqused_k.size(), "seqused_k");
   }
 
   void upload(const Inputs& in, bool backward) {
@@ -74,13 +80,31 @@ struct DeviceSet {
     put(k, in.k);
     put(v, in.v);
     if (backward) put(dO, in.dO);
+    require_alibi_slopes(in.p, in.alibi_slopes);  // the buffer holds exactly p.alibi_elems() values
+    auto raw = [&](DeviceBuffer& b, const auto& x) {
+      if (!x.empty()) FL_CUDA(cudaMemcpy(b.get(), x.data(), b.bytes(), cudaMemcpyHostToDevice));
+    };
+    raw(slopes, in.alibi_slopes);
+    raw(cu_q, in.p.cu_seqlens_q);
+    raw(cu_k, in.p.cu_seqlens_k);
+    raw(used_k, in.p.seqused_k);
   }
 
+  // The variants' device pointers (null where the problem does not use them).
+  template <class Args>
+  Args with_variants(Args a) const {
+    a.alibi_slopes = slopes.as<const float>();
+    a.cu_seqlens_q = cu_q.as<const int32_t>();
+    a.cu_seqlens_k = cu_k.as<const int32_t>();
+    a.seqused_k = used_k.as<const int32_t>();
+    return a;
+  }
   ForwardArgs fwd(void* ws, cudaStream_t s) {
-    return {q.get(), k.get(), v.get(), o.get(), lse.as<float>(), ws, s};
+    return with_variants(ForwardArgs{q.get(), k.get(), v.get(), o.get(), lse.as<float>(), ws, s});
   }
   BackwardArgs bwd(void* ws, cudaStream_t s) {
-    return {q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dO.get(), dq.get(), dk.get(), dv.get(), ws, s};
+    return with_variants(
+        BackwardArgs{q.get(), k.get(), v.get(), o.get(), lse.as<float>(), dO.get(), dq.get(), dk.get(), dv.get(), ws, s});
   }
 };
 

@@ -20,10 +20,10 @@ namespace fl::cli {
 namespace fs = std::filesystem;
 
 void ProblemOptions::add_to(CLI::App& app) {
-  app.add_option("-B,--batch", B, "Batch size B")->capture_default_str();
+  batch_opt = app.add_option("-B,--batch", B, "Batch size B (with --cu-seqlens-q: the number of sequences)")->capture_default_str();
   app.add_option("-H,--heads", H, "Query heads H")->capture_default_str();
   app.add_option("--heads-kv", H_kv, "Key/value heads H_kv (H must be a multiple); default H");
-  app.add_option("-N,--seq", N, "Sequence length: Nq = Nk = N unless --nq/--nk say otherwise")->capture_default_str();
+  seq_opt = app.add_option("-N,--seq", N, "Sequence length: Nq = Nk = N unless --nq/--nk say otherwise")->capture_default_str();
   app.add_option("--nq", Nq, "Query length Nq (default N)");
   app.add_option("--nk", Nk, "Key length Nk (default N)");
   app.add_option("-d,--head-dim", d, "Head dimension d")->capture_default_str();
@@ -31,6 +31,25 @@ void ProblemOptions::add_to(CLI::App& app) {
   app.add_flag("--deterministic", deterministic,
                "Backward in a fixed order of dQ additions: bitwise-reproducible dQ, dK, dV (steps that have it: 09c)");
   app.add_option("--scale", scale, "Softmax scale (default 1/sqrt(d))");
+  // The variants (docs/variants.md).
+  app.add_option("--window", window,
+                 "Sliding window L,R: query i sees key j iff i+Nk-Nq-L <= j <= i+Nk-Nq+R; -1 = unbounded on that side "
+                 "(causal is -1,0; intersected with --causal). Write --window=-1,0 when L is negative")
+      ->delimiter(',')
+      ->expected(2);
+  app.add_option("--softcap", softcap, "Logit soft-capping c > 0: scores become c*tanh(scale*q.k/c) before the softmax");
+  app.add_option("--alibi", alibi,
+                 "ALiBi biases -slope*|i+Nk-Nq-j|: 'heads' (fp32 slopes [H], the paper's geometric ones) or "
+                 "'batch_heads' ([B][H], seeded)");
+  app.add_option("--cu-seqlens-q", cu_seqlens_q,
+                 "Variable length: B+1 cumulative query offsets a,b,c,... (from 0; Q, O packed as [total_q][H][d]); "
+                 "needs --cu-seqlens-k. -B then defaults to the number of sequences, --nq/--nk to the longest")
+      ->delimiter(',');
+  app.add_option("--cu-seqlens-k", cu_seqlens_k, "Variable length: B+1 cumulative key offsets (K, V packed as [total_k][H_kv][d])")
+      ->delimiter(',');
+  app.add_option("--seqused-k", seqused_k,
+                 "Keys each sequence uses, B values (a KV cache filled to different lengths); with or without varlen")
+      ->delimiter(',');
   app.add_option("--dtype", dtype, "Storage type of GPU steps: fp16, bf16 or fp32 (CPU steps use fp32)")
       ->capture_default_str();
   // CLI11 converts "-1" to 2^64 - 1 for an unsigned option; a seed is refused unless it is written
@@ -60,6 +79,42 @@ Problem ProblemOptions::problem() const {
   p.Nq = Nq.value_or(N);
   p.Nk = Nk.value_or(N);
   p.d = d;
+  // The variants; Problem::validate() below judges their values, naming the field.
+  if (!window.empty()) {
+    if (window.size() != 2) throw Error("--window takes two numbers L,R (-1 = unbounded), e.g. --window 256,0");
+    p.window_left = window[0];
+    p.window_right = window[1];
+  }
+  p.softcap = softcap;
+  if (!alibi.empty()) {
+    const auto a = parse_alibi(alibi);
+    if (!a || *a == Alibi::none) throw Error("--alibi '" + alibi + "' is not allowed: use heads or batch_heads");
+    p.alibi = *a;
+  }
+  p.cu_seqlens_q = cu_seqlens_q;
+  p.cu_seqlens_k = cu_seqlens_k;
+  p.seqused_k = seqused_k;
+  if (!cu_seqlens_q.empty() && !cu_seqlens_k.empty()) {
+    // Variable length: B is the number of sequences, and Nq, Nk (the longest a sequence may be)
+    // default to the longest sequences given.
+    for (auto [name, cu] : {std::pair{"--cu-seqlens-q", &cu_seqlens_q}, std::pair{"--cu-seqlens-k", &cu_seqlens_k}})
+      if (cu->size() < 2)
+        throw Error(std::string(name) + " has " + std::to_string(cu->size()) +
+                    " offset(s); it needs B + 1 >= 2 (0, then the end of each sequence)");
+    const int64_t n = int64_t(cu_seqlens_q.size()) - 1;
+    if (batch_opt && batch_opt->count() > 0 && B != n)
+      throw Error("-B " + std::to_string(B) + " disagrees with --cu-seqlens-q, which gives " + std::to_string(n) +
+                  " sequence(s) (B + 1 offsets); leave -B out with variable length");
+    p.B = n;
+    const bool n_given = seq_opt && seq_opt->count() > 0;
+    auto longest = [](const std::vector<int32_t>& cu) {
+      int64_t m = 1;
+      for (size_t b = 1; b < cu.size(); ++b) m = std::max<int64_t>(m, int64_t(cu[b]) - cu[b - 1]);
+      return m;
+    };
+    if (!Nq && !n_given) p.Nq = longest(cu_seqlens_q);
+    if (!Nk && !n_given) p.Nk = longest(cu_seqlens_k);
+  }
   p.causal = causal;
   p.deterministic = deterministic;
   p.scale = scale;  // a NaN, zero or negative scale is refused by validate(), with the reason

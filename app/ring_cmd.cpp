@@ -319,6 +319,9 @@ void print_timing(const char* pass, const Plan& P, const RankReport* rep, bool b
 
 int run_ring(const RingOptions& o) {
   const Problem p = o.prob.problem();
+  if (p.has_variant())
+    throw Error("flashladder ring (step 11) does not support the attention variants (" + p.variants_text() +
+                "): its ring passes whole K/V blocks of one plain problem");
   const Layout layout = o.layout == "zigzag" ? Layout::zigzag : Layout::contiguous;
   if (o.gpus > ring::kMaxRanks)
     throw Error("--gpus " + std::to_string(o.gpus) + ": this launcher runs at most " + std::to_string(ring::kMaxRanks) +

@@ -26,6 +26,17 @@ void in_cpu_step(const Step& s, F&& f) {
   }
 }
 
+// The variants' data for a CPU step: host pointers to the inputs' slopes and the problem's offsets
+// (null where unused).
+template <class Args>
+void variant_args(Args& a, const Inputs& in) {
+  auto ptr = [](const auto& v) { return v.empty() ? nullptr : v.data(); };
+  a.alibi_slopes = ptr(in.alibi_slopes);
+  a.cu_seqlens_q = ptr(in.p.cu_seqlens_q);
+  a.cu_seqlens_k = ptr(in.p.cu_seqlens_k);
+  a.seqused_k = ptr(in.p.seqused_k);
+}
+
 // A CPU step's buffers: fp32 host vectors, outputs and workspace poisoned with NaN.
 struct CpuRun {
   const Step& s;
@@ -40,6 +51,7 @@ struct CpuRun {
     lse = poisoned(p.lse_elems());
     ws.assign(s.impl->workspace_bytes(p), 0xFF);  // 0xFF bytes are NaN in fp32
     ForwardArgs a{in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), ws.data(), nullptr};
+    variant_args(a, in);
     in_cpu_step(s, [&] { s.impl->forward(p, a); });
   }
 
@@ -50,6 +62,7 @@ struct CpuRun {
     ws.assign(s.impl->backward_workspace_bytes(p), 0xFF);
     BackwardArgs a{in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), in.dO.data(),
                    dq.data(), dk.data(), dv.data(), ws.data(), nullptr};
+    variant_args(a, in);
     in_cpu_step(s, [&] { s.impl->backward(p, a); });
   }
 };
@@ -58,6 +71,7 @@ struct CpuRun {
 
 Outputs run_step(const Step& s, const Inputs& in, bool backward) {
   refuse_if_needed(s, in.p, backward);
+  require_alibi_slopes(in.p, in.alibi_slopes);  // slopes of the wrong shape would be read past their end
   if (s.gpu()) return run_step_gpu(s, in, backward);
   CpuRun r(s, in.p);
   r.forward(in);

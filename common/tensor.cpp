@@ -3,6 +3,7 @@
 #include "common/tensor.hpp"
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -115,7 +116,59 @@ Inputs make_inputs(const Problem& p, uint64_t seed, InputOptions opt) {
   in.k = normal(g, p.kv_elems(), opt.mean, 1.0, p.dtype);
   in.v = normal(g, p.kv_elems(), opt.mean, 1.0, p.dtype);
   in.dO = normal(g, p.q_elems(), opt.mean, 1.0, p.dtype);
+  if (p.alibi == Alibi::heads) in.alibi_slopes = alibi_slopes_for(p.H);
+  if (p.alibi == Alibi::batch_heads) in.alibi_slopes = alibi_slopes_batch(p.B, p.H, seed);
   return in;
+}
+
+std::vector<float> alibi_slopes_for(int64_t H) {
+  // 2^(−8i/n) for i = 1 … n, n a power of two.
+  auto pow2 = [](int64_t n) {
+    std::vector<float> s;
+    for (int64_t i = 1; i <= n; ++i) s.push_back(float(std::exp2(-8.0 * double(i) / double(n))));
+    return s;
+  };
+  int64_t n = 1;
+  while (2 * n <= H) n *= 2;
+  std::vector<float> s = pow2(n);
+  const std::vector<float> extra = pow2(2 * n);
+  for (int64_t i = 0; int64_t(s.size()) < H; i += 2) s.push_back(extra[size_t(i)]);
+  s.resize(size_t(std::max<int64_t>(H, 0)));
+  return s;
+}
+
+std::vector<float> alibi_slopes_batch(int64_t B, int64_t H, uint64_t seed) {
+  const std::vector<float> base = alibi_slopes_for(H);
+  std::mt19937_64 gen(seed ^ 0xa11b1u);
+  std::vector<float> s;
+  s.reserve(size_t(B * H));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const double u = double(gen() >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0;  // [−1, 1)
+      s.push_back(float(double(base[size_t(h)]) * std::exp2(u)));
+    }
+  return s;
+}
+
+std::string alibi_slopes_reason(const Problem& p, const std::vector<float>& slopes) {
+  const int64_t want = p.alibi_elems();
+  if (int64_t(slopes.size()) != want) {
+    std::string shape = p.alibi == Alibi::none ? "none (the problem has no ALiBi)"
+                        : p.alibi == Alibi::heads ? "[H] = [" + std::to_string(p.H) + "] for alibi=heads"
+                                                  : "[B][H] = [" + std::to_string(p.B) + "][" + std::to_string(p.H) +
+                                                        "] for alibi=batch_heads";
+    return "alibi_slopes has " + std::to_string(slopes.size()) + " values; the problem needs " + std::to_string(want) +
+           ": " + shape;
+  }
+  for (size_t n = 0; n < slopes.size(); ++n)
+    if (!std::isfinite(slopes[n]))
+      return "alibi_slopes[" + std::to_string(n) + "] = " + std::to_string(slopes[n]) + " is not allowed: slopes must be finite";
+  return "";
+}
+
+void require_alibi_slopes(const Problem& p, const std::vector<float>& slopes) {
+  const std::string why = alibi_slopes_reason(p, slopes);
+  if (!why.empty()) throw Error(why);
 }
 
 }  // namespace fl

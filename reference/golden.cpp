@@ -22,9 +22,11 @@ namespace {
 constexpr const char* kFormat = "flashladder-golden";
 constexpr int kFormatVersion = 1;
 
-// The tensors of a golden set, in manifest order, with shapes and types derived from the problem.
+// The tensors of a golden set, in manifest order, with shapes and types derived from the problem:
+// q, k, v, do (and alibi_slopes, fp32, with ALiBi), then o, lse, dq, dk, dv. Variable length: the
+// packed shapes ([total_q, H, d], [total_k, H_kv, d], lse [H, total_q]).
 std::vector<TensorInfo> layout(const Problem& p) {
-  const std::vector<int64_t> qs = {p.B, p.H, p.Nq, p.d}, kvs = {p.B, p.H_kv, p.Nk, p.d}, ls = {p.B, p.H, p.Nq};
+  const std::vector<int64_t> qs = p.q_shape(), kvs = p.kv_shape(), ls = p.lse_shape();
   const npy::Kind in = kind_for(p.dtype);
   auto t = [](const char* n, bool input, std::vector<int64_t> shape, npy::Kind k, DType st) {
     TensorInfo i;
@@ -36,11 +38,30 @@ std::vector<TensorInfo> layout(const Problem& p) {
     i.storage = st;
     return i;
   };
-  return {t("q", true, qs, in, p.dtype),          t("k", true, kvs, in, p.dtype),
-          t("v", true, kvs, in, p.dtype),          t("do", true, qs, in, p.dtype),
-          t("o", false, qs, npy::Kind::f8, p.dtype), t("lse", false, ls, npy::Kind::f8, DType::f32),
-          t("dq", false, qs, npy::Kind::f8, p.dtype), t("dk", false, kvs, npy::Kind::f8, p.dtype),
-          t("dv", false, kvs, npy::Kind::f8, p.dtype)};
+  std::vector<TensorInfo> ts = {t("q", true, qs, in, p.dtype), t("k", true, kvs, in, p.dtype),
+                                t("v", true, kvs, in, p.dtype), t("do", true, qs, in, p.dtype)};
+  if (p.alibi != Alibi::none)
+    ts.push_back(t("alibi_slopes", true, p.alibi == Alibi::heads ? std::vector<int64_t>{p.H} : std::vector<int64_t>{p.B, p.H},
+                   npy::Kind::f4, DType::f32));
+  for (TensorInfo o : {t("o", false, qs, npy::Kind::f8, p.dtype), t("lse", false, ls, npy::Kind::f8, DType::f32),
+                       t("dq", false, qs, npy::Kind::f8, p.dtype), t("dk", false, kvs, npy::Kind::f8, p.dtype),
+                       t("dv", false, kvs, npy::Kind::f8, p.dtype)})
+    ts.push_back(o);
+  return ts;
+}
+
+// The variants' fields of the manifest's problem (written for every set, the plain one's defaults
+// included, so a reader never has to guess what an absent field means).
+json variant_fields(const Problem& p) {
+  json j;
+  j["window_left"] = p.window_left;
+  j["window_right"] = p.window_right;
+  j["softcap"] = p.softcap ? json(*p.softcap) : json(nullptr);
+  j["alibi"] = alibi_name(p.alibi);
+  j["cu_seqlens_q"] = p.cu_seqlens_q;
+  j["cu_seqlens_k"] = p.cu_seqlens_k;
+  j["seqused_k"] = p.seqused_k;
+  return j;
 }
 
 npy::Array from_double(const std::vector<double>& xs, const std::vector<int64_t>& shape) {
@@ -158,6 +179,62 @@ double floor_of(const std::vector<double>& g, DType t) {
 
 Manifest parse_manifest(const json& j, const RawFloats& raw, const std::string& where);
 
+// An array of offsets or lengths: JSON integers from 0 to 2^31 - 1, each refused as written otherwise.
+std::vector<int32_t> int32_list(const json& j, const char* key, const std::string& where, const RawFloats& raw) {
+  const json& v = j.at(key);
+  if (!v.is_array()) throw Error(where + ": field '" + key + "' = " + written(v, raw) + " must be an array of integers");
+  std::vector<int32_t> out;
+  for (size_t n = 0; n < v.size(); ++n) {
+    const std::string name = std::string(key) + "[" + std::to_string(n) + "]";
+    json one = json::object();
+    one[name] = v[n];
+    out.push_back(integer_field<int32_t>(one, name.c_str(), where, 0, INT32_MAX, raw));
+  }
+  return out;
+}
+
+// A shape: JSON integers from 0 to 2^62 (nlohmann would turn 1.8e20 into an undefined conversion).
+std::vector<int64_t> int64_list(const json& j, const char* key, const std::string& where, const RawFloats& raw) {
+  if (!j.is_object() || !j.contains(key)) throw Error(where + ": missing field '" + key + "'");
+  const json& v = j.at(key);
+  if (!v.is_array()) throw Error(where + ": field '" + key + "' = " + written(v, raw) + " must be an array of integers");
+  std::vector<int64_t> out;
+  for (size_t n = 0; n < v.size(); ++n) {
+    const std::string name = std::string(key) + "[" + std::to_string(n) + "]";
+    json one = json::object();
+    one[name] = v[n];
+    out.push_back(integer_field<int64_t>(one, name.c_str(), where, 0, int64_t(1) << 62, raw));
+  }
+  return out;
+}
+
+// The variants' fields of a manifest's problem. Each may be absent (a set written before issue 21, or
+// by a tool that knows only the plain problem): then the plain problem's value. Present, it must be
+// well formed; Problem::invalid_reason then judges how the fields fit together.
+void read_variants(const json& pj, const std::string& pw, const RawFloats& raw, Problem& p) {
+  const int64_t kMaxDim = int64_t(1) << 40;
+  if (pj.contains("window_left")) p.window_left = integer_field<int64_t>(pj, "window_left", pw, -1, kMaxDim, raw);
+  if (pj.contains("window_right")) p.window_right = integer_field<int64_t>(pj, "window_right", pw, -1, kMaxDim, raw);
+  if (pj.contains("softcap") && !pj.at("softcap").is_null()) {
+    const json& c = pj.at("softcap");
+    if (!c.is_number())
+      throw Error(pw + ": field 'softcap' = " + written(c, raw) + " must be null (no softcap) or a finite number > 0");
+    const double x = c.get<double>();
+    if (!(std::isfinite(x) && x > 0))
+      throw Error(pw + ": field 'softcap' = " + written(c, raw) + " is not allowed: it must be null (no softcap) or a finite number > 0");
+    p.softcap = x;
+  }
+  if (pj.contains("alibi")) {
+    const std::string a = field<std::string>(pj, "alibi", pw);
+    const auto al = parse_alibi(a);
+    if (!al) throw Error(pw + ": field 'alibi' = \"" + a + "\" is not one of \"none\", \"heads\", \"batch_heads\"");
+    p.alibi = *al;
+  }
+  for (auto [key, dest] : {std::pair{"cu_seqlens_q", &p.cu_seqlens_q}, std::pair{"cu_seqlens_k", &p.cu_seqlens_k},
+                           std::pair{"seqused_k", &p.seqused_k}})
+    if (pj.contains(key)) *dest = int32_list(pj, key, pw, raw);
+}
+
 }  // namespace
 
 npy::Kind kind_for(DType t) {
@@ -224,23 +301,23 @@ Manifest generate(const Problem& p, uint64_t seed, const std::string& dir, Input
   m.tensors = layout(p);
   const Inputs in = make_inputs(p, seed, opt);
   const Expected e = expected_for(in, true);
-  const std::vector<const std::vector<float>*> inputs = {&in.q, &in.k, &in.v, &in.dO};
-  const std::vector<const std::vector<double>*> oracle = {&e.fwd.o, &e.fwd.lse, &e.bwd.dq, &e.bwd.dk, &e.bwd.dv};
-  const std::vector<const std::vector<float>*> base = {&e.base_fwd.o, &e.base_fwd.lse, &e.base_bwd.dq,
-                                                       &e.base_bwd.dk, &e.base_bwd.dv};
-  for (size_t i = 0; i < m.tensors.size(); ++i) {
-    TensorInfo& t = m.tensors[i];
+  const std::map<std::string, const std::vector<float>*> inputs = {
+      {"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"do", &in.dO}, {"alibi_slopes", &in.alibi_slopes}};
+  const std::map<std::string, std::pair<const std::vector<double>*, const std::vector<float>*>> outputs = {
+      {"o", {&e.fwd.o, &e.base_fwd.o}},     {"lse", {&e.fwd.lse, &e.base_fwd.lse}}, {"dq", {&e.bwd.dq, &e.base_bwd.dq}},
+      {"dk", {&e.bwd.dk, &e.base_bwd.dk}}, {"dv", {&e.bwd.dv, &e.base_bwd.dv}}};
+  for (TensorInfo& t : m.tensors) {
     const std::string path = (fs::path(dir) / t.file).string();
     if (t.input) {
-      npy::write(path, from_float(p.dtype, *inputs[i], t.shape));
+      npy::write(path, from_float(t.storage, *inputs.at(t.name), t.shape));
       continue;
     }
-    const size_t k = i - inputs.size();
-    t.tol = tolerance_for(*oracle[k], *base[k], t.storage);
+    const auto [oracle, base] = outputs.at(t.name);
+    t.tol = tolerance_for(*oracle, *base, t.storage);
     if (!std::isfinite(t.tol.tol))
       throw Error("the baseline of " + t.name + " is not finite for " + p.describe() + " (seed " +
                   std::to_string(seed) + "): no tolerance can be given");
-    npy::write(path, from_double(*oracle[k], t.shape));
+    npy::write(path, from_double(*oracle, t.shape));
   }
 
   json j;
@@ -248,16 +325,31 @@ Manifest generate(const Problem& p, uint64_t seed, const std::string& dir, Input
   j["format_version"] = kFormatVersion;
   j["problem"] = {{"B", p.B}, {"H", p.H}, {"H_kv", p.H_kv}, {"Nq", p.Nq}, {"Nk", p.Nk}, {"d", p.d},
                   {"causal", p.causal}, {"softmax_scale", p.softmax_scale()}, {"dtype", dtype_name(p.dtype)}};
+  j["problem"].update(variant_fields(p));
   j["seed"] = seed;
   j["inputs"] = {{"mean", opt.mean}, {"q_scale", opt.q_scale},
                  {"how", "Normal(mean, 1) from std::mt19937_64 with Box-Muller (common/tensor.cpp), q times q_scale, "
                          "rounded to dtype; order q, k, v, do"}};
+  if (p.alibi == Alibi::heads) j["inputs"]["alibi_slopes"] = "ALiBi's geometric slopes for H heads (common/tensor.cpp alibi_slopes_for)";
+  if (p.alibi == Alibi::batch_heads)
+    j["inputs"]["alibi_slopes"] = "[B][H]: the geometric slope of head h times 2^u, u uniform in [-1, 1) from "
+                                  "std::mt19937_64(seed ^ 0xa11b1) (common/tensor.cpp alibi_slopes_batch)";
   j["conventions"] = {
-      {"layout", "C order; q, o, do, dq: [B][H][Nq][d]; k, v, dk, dv: [B][H_kv][Nk][d]; lse: [B][H][Nq]"},
+      {"layout", p.varlen() ? "C order, packed (variable length): q, o, do, dq: [total_q][H][d]; k, v, dk, dv: "
+                              "[total_k][H_kv][d]; lse: [H][total_q]; sequence b holds rows cu_seqlens_q[b] .. "
+                              "cu_seqlens_q[b+1]-1 (keys: cu_seqlens_k)"
+                            : "C order; q, o, do, dq: [B][H][Nq][d]; k, v, dk, dv: [B][H_kv][Nk][d]; lse: [B][H][Nq]"},
       {"gqa", "query head h reads K/V head h / (H / H_kv); dk, dv are summed over the query heads that share one"},
       {"causal", "bottom-right aligned: query i sees key j iff j <= i + Nk - Nq"},
       {"lse", "natural-log logsumexp of the scaled scores; a row that sees no key has o = 0 and lse = +inf"},
       {"bf16", "numpy has no bf16: <u2 files hold bf16 bit patterns; widen with (a.astype('<u4') << 16).view('<f4')"}};
+  if (p.has_variant())
+    j["conventions"]["variants"] =
+        "docs/variants.md. Per sequence b (Nq, Nk read as its own lengths; Nk = seqused_k[b] when given), "
+        "diag = i + Nk - Nq: query i sees key j iff (not causal or j <= diag) and (window_left < 0 or j >= diag - "
+        "window_left) and (window_right < 0 or j <= diag + window_right); logit = cap(scale * q.k) - slope[b,h] * "
+        "|diag - j|, cap(x) = softcap * tanh(x / softcap) (x without a softcap), slope 0 without ALiBi; keys past "
+        "seqused_k get dk = dv = 0";
   j["tolerance_rule"] =
       "every entry |candidate - golden| <= tol, written so that NaN fails; where golden is +inf the candidate "
       "must be +inf; tol = 2 * baseline_err + floor, baseline_err = max|baseline - oracle| for Algorithm 0 at "
@@ -333,6 +425,7 @@ Manifest parse_manifest(const json& j, const RawFloats& raw, const std::string& 
   const auto t = parse_dtype(dt);
   if (!t) throw Error(pw + ": unknown dtype '" + dt + "'");
   m.p.dtype = *t;
+  read_variants(pj, pw, raw, m.p);
   const std::string why = m.p.invalid_reason();
   if (!why.empty()) throw Error(pw + ": " + why);
   m.seed = integer_field<uint64_t>(j, "seed", where, 0, UINT64_MAX, raw);
@@ -345,7 +438,7 @@ Manifest parse_manifest(const json& j, const RawFloats& raw, const std::string& 
     const std::string tw = where + " tensors." + ti.name;
     const json x = field<json>(ts, ti.name.c_str(), where + " tensors");
     if (field<std::string>(x, "file", tw) != ti.file) throw Error(tw + ": file is not '" + ti.file + "'");
-    const auto shape = field<std::vector<int64_t>>(x, "shape", tw);
+    const std::vector<int64_t> shape = int64_list(x, "shape", tw, raw);
     if (shape != ti.shape)
       throw Error(tw + ": shape " + npy::shape_text(shape) + " disagrees with the problem, which gives " +
                   npy::shape_text(ti.shape));
@@ -384,6 +477,13 @@ Inputs read_inputs(const std::string& dir, const Manifest& m) {
   in.k = load("k");
   in.v = load("v");
   in.dO = load("do");
+  if (m.p.alibi != Alibi::none) {
+    const TensorInfo& t = m.at("alibi_slopes");
+    npy::Array a = npy::read_expect((fs::path(dir) / t.file).string(), t.kind, t.shape);
+    in.alibi_slopes = unpack(DType::f32, a.data.data(), a.count());
+    const std::string why = alibi_slopes_reason(m.p, in.alibi_slopes);
+    if (!why.empty()) throw Error((fs::path(dir) / t.file).string() + ": " + why);
+  }
   return in;
 }
 
@@ -397,9 +497,9 @@ std::vector<std::string> write_outputs(const std::string& dir, const Problem& p,
     npy::write(path, from_float(t, xs, shape));
     files.push_back(path);
   };
-  const std::vector<int64_t> qs = {p.B, p.H, p.Nq, p.d}, kvs = {p.B, p.H_kv, p.Nk, p.d};
+  const std::vector<int64_t> qs = p.q_shape(), kvs = p.kv_shape();
   put("o", p.dtype, out.o, qs);
-  put("lse", DType::f32, out.lse, {p.B, p.H, p.Nq});
+  put("lse", DType::f32, out.lse, p.lse_shape());
   if (backward) {
     put("dq", p.dtype, out.dq, qs);
     put("dk", p.dtype, out.dk, kvs);

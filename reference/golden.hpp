@@ -18,7 +18,7 @@ namespace fl::golden {
 
 /// One tensor of a golden set, as the manifest records it.
 struct TensorInfo {
-  std::string name;              // "q", "k", "v", "do", "o", "lse", "dq", "dk", "dv"
+  std::string name;              // "q", "k", "v", "do", ("alibi_slopes",) "o", "lse", "dq", "dk", "dv"
   std::string file;              // name + ".npy"
   bool input = false;
   std::vector<int64_t> shape;    // derived from the problem, never typed
@@ -31,7 +31,7 @@ struct Manifest {
   Problem p;
   uint64_t seed = 0;
   InputOptions opt;
-  std::vector<TensorInfo> tensors;  // q, k, v, do, o, lse, dq, dk, dv
+  std::vector<TensorInfo> tensors;  // q, k, v, do, (alibi_slopes with ALiBi,) o, lse, dq, dk, dv
   const TensorInfo& at(const std::string& name) const;  // throws if absent
 };
 

@@ -43,14 +43,36 @@ Mat<double> rows_of(const std::vector<float>& x, int64_t row0, Range r, int64_t 
   return MapF(x.data() + row0 + r.lo * d, r.n(), d).cast<double>();
 }
 
-// Scaled, masked scores of query rows r × keys c of one (b, h), in double: S[i][j] = scale·q_i·k_j,
-// -inf where masked.
-Mat<double> scores(const Inputs& in, int64_t b, int64_t h, Range r, Range c) {
+double slope_of(const Inputs& in, int64_t b, int64_t h) {
+  return in.p.alibi == Alibi::none ? 0.0 : double(in.alibi_slopes[size_t(in.p.alibi_index(b, h))]);
+}
+
+// The logits of query rows r × keys c of one (b, h), in double: S[i][j] = τ·q_i·k_j, then the variants
+// in FlashAttention-2's order, the softcap first, then ALiBi's bias (docs/variants.md):
+//   S_ij = cap(τ·q_i·k_j) − slope_{b,h}·|i + Nk − Nq − j|,   cap(x) = c·tanh(x / c),
+// and −inf where masked (causal, window). With a softcap, *T (when asked) gets tanh(τ·q_i·k_j / c), whose
+// 1 − T² is the softcap's derivative in the backward.
+Mat<double> scores(const Inputs& in, int64_t b, int64_t h, Range r, Range c, Mat<double>* T = nullptr) {
   const Problem& p = in.p;
   Mat<double> Q = rows_of(in.q, p.q_row(b, h, 0), r, p.d);
   Mat<double> K = rows_of(in.k, p.kv_row(b, p.kv_head(h), 0), c, p.d);
   Mat<double> S = p.softmax_scale() * (Q * K.transpose());
-  if (p.causal)
+  if (p.softcap) {
+    const double cap = *p.softcap;
+    if (T) T->resize(r.n(), c.n());
+    for (int64_t i = 0; i < r.n(); ++i)
+      for (int64_t j = 0; j < c.n(); ++j) {
+        const double t = std::tanh(S(i, j) / cap);  // scalar std::tanh: the oracle wants libm's accuracy
+        if (T) (*T)(i, j) = t;
+        S(i, j) = cap * t;
+      }
+  }
+  if (p.alibi != Alibi::none) {
+    const double slope = slope_of(in, b, h);
+    for (int64_t i = 0; i < r.n(); ++i)
+      for (int64_t j = 0; j < c.n(); ++j) S(i, j) -= slope * double(p.alibi_distance(b, r.lo + i, c.lo + j));
+  }
+  if (p.causal || p.windowed())
     for (int64_t i = 0; i < r.n(); ++i)
       for (int64_t j = 0; j < c.n(); ++j)
         if (!p.visible(r.lo + i, c.lo + j)) S(i, j) = -kInf;
@@ -58,16 +80,24 @@ Mat<double> scores(const Inputs& in, int64_t b, int64_t h, Range r, Range c) {
 }
 
 // P = exp(S − L) of rows r × keys c, recomputed from L as the backward does: exactly 0 on masked
-// entries and on rows with L = +inf.
-Mat<double> probs_from_lse(const Inputs& in, const Forward& f, int64_t b, int64_t h, Range r, Range c) {
+// entries and on rows with L = +inf. T as in scores().
+Mat<double> probs_from_lse(const Inputs& in, const Forward& f, int64_t b, int64_t h, Range r, Range c,
+                           Mat<double>* T = nullptr) {
   const Problem& p = in.p;
-  Mat<double> P = scores(in, b, h, r, c);
+  Mat<double> P = scores(in, b, h, r, c, T);
   for (int64_t i = 0; i < r.n(); ++i) {
     const double L = f.lse[p.lse_at(b, h, r.lo + i)];
     for (int64_t j = 0; j < c.n(); ++j)
       P(i, j) = p.visible(r.lo + i, c.lo + j) && std::isfinite(L) ? std::exp(P(i, j) - L) : 0.0;
   }
   return P;
+}
+
+// dS = P ∘ (dP − D) is the gradient of the logits S; with a softcap the chain rule through
+// S = c·tanh(x / c) multiplies it by 1 − tanh²(x / c) to give the gradient of x = τ·q·k. ALiBi's bias
+// depends on no input: it passes dS through unchanged.
+void through_softcap(const Problem& p, Mat<double>& dS, const Mat<double>& T) {
+  if (p.softcap) dS.array() *= 1.0 - T.array().square();
 }
 
 }  // namespace
@@ -80,7 +110,10 @@ Blocking blocking_for(const Problem& p, Blocking asked) {
   return {asked.rows > 0 ? std::min(asked.rows, p.Nq) : p.Nq, asked.cols > 0 ? std::min(asked.cols, p.Nk) : p.Nk};
 }
 
-Forward forward(const Inputs& in, bool want, Blocking asked) {
+namespace {
+
+// One problem whose sequences share Nq and Nk (no varlen, no seqused_k): the oracle proper.
+Forward forward_one(const Inputs& in, bool want, Blocking asked) {
   const Problem& p = in.p;
   if (want) asked = {p.Nq, p.Nk};  // S and P are asked for whole
   const Blocking bk = blocking_for(p, asked);
@@ -160,7 +193,7 @@ Forward forward(const Inputs& in, bool want, Blocking asked) {
   return f;
 }
 
-Backward backward(const Inputs& in, const Forward& f, Blocking asked) {
+Backward backward_one(const Inputs& in, const Forward& f, Blocking asked) {
   const Problem& p = in.p;
   const double scale = p.softmax_scale();
   const Blocking bk = blocking_for(p, asked);
@@ -195,10 +228,12 @@ Backward backward(const Inputs& in, const Forward& f, Blocking asked) {
         Mat<double> Q = rows_of(in.q, p.q_row(b, h, 0), r, p.d);
         Mat<double> dO = rows_of(in.dO, p.q_row(b, h, 0), r, p.d);
         Eigen::Map<const Eigen::VectorXd> D(g.D.data() + p.lse_at(b, h, r.lo), r.n());
-        Mat<double> P = probs_from_lse(in, f, b, h, r, c);                     // [rows][keys]
+        Mat<double> T;                                                         // tanh(x / c), softcap only
+        Mat<double> P = probs_from_lse(in, f, b, h, r, c, &T);                 // [rows][keys]
         dV += P.transpose() * dO;
         Mat<double> dP = dO * V.transpose();                                   // [rows][keys]
         Mat<double> dS = (P.array() * (dP.colwise() - D).array()).matrix();    // [rows][keys]
+        through_softcap(p, dS, T);
         if (nc == 1) Eigen::Map<Mat<double>>(g.dq.data() + p.q_row(b, h, r.lo), r.n(), p.d) = scale * (dS * K);
         dK += scale * (dS.transpose() * Q);
       }
@@ -221,9 +256,11 @@ Backward backward(const Inputs& in, const Forward& f, Blocking asked) {
     for (const Range& c : cols) {
       Mat<double> K = rows_of(in.k, p.kv_row(b, p.kv_head(h), 0), c, p.d);
       Mat<double> V = rows_of(in.v, p.kv_row(b, p.kv_head(h), 0), c, p.d);
-      Mat<double> P = probs_from_lse(in, f, b, h, r, c);
+      Mat<double> T;
+      Mat<double> P = probs_from_lse(in, f, b, h, r, c, &T);
       Mat<double> dP = dO * V.transpose();
       Mat<double> dS = (P.array() * (dP.colwise() - D).array()).matrix();
+      through_softcap(p, dS, T);
       dQ += scale * (dS * K);
     }
     Eigen::Map<Mat<double>>(g.dq.data() + p.q_row(b, h, r.lo), r.n(), p.d) = dQ;
@@ -231,12 +268,40 @@ Backward backward(const Inputs& in, const Forward& f, Blocking asked) {
   return g;
 }
 
-namespace {
-
 // Round every entry of a float matrix to the storage type, in place.
 void round_mat(DType t, Mat<float>& X) {
   if (t == DType::f32) return;
   for (Eigen::Index n = 0; n < X.size(); ++n) X.data()[n] = round_to(t, X.data()[n]);
+}
+
+// The baseline's logits of rows r × keys c at the storage type, each operation's result stored as a
+// low-precision Algorithm 0 stores it: S = τ·QKᵀ (fp32 accumulation) rounded; with a softcap
+// S = c·tanh(S / c) rounded (T = tanh(S / c) in fp32, for the backward); with ALiBi
+// S = S − slope·|i + Nk − Nq − j| rounded. Masked entries are left to the callers (visible()).
+Mat<float> baseline_scores(const Inputs& in, int64_t b, int64_t h, Range r, Range c, Mat<float>* T = nullptr) {
+  const Problem& p = in.p;
+  MapF Q(in.q.data() + p.q_row(b, h, r.lo), r.n(), p.d);
+  MapF K(in.k.data() + p.kv_row(b, p.kv_head(h), c.lo), c.n(), p.d);
+  Mat<float> S = float(p.softmax_scale()) * (Q * K.transpose());
+  round_mat(p.dtype, S);
+  if (p.softcap) {
+    const float cap = float(*p.softcap);
+    if (T) T->resize(r.n(), c.n());
+    for (int64_t i = 0; i < r.n(); ++i)
+      for (int64_t j = 0; j < c.n(); ++j) {
+        const float t = std::tanh(S(i, j) / cap);
+        if (T) (*T)(i, j) = t;
+        S(i, j) = cap * t;
+      }
+    round_mat(p.dtype, S);
+  }
+  if (p.alibi != Alibi::none) {
+    const float slope = float(slope_of(in, b, h));
+    for (int64_t i = 0; i < r.n(); ++i)
+      for (int64_t j = 0; j < c.n(); ++j) S(i, j) -= slope * float(p.alibi_distance(b, r.lo + i, c.lo + j));
+    round_mat(p.dtype, S);
+  }
+  return S;
 }
 
 // Algorithm 0 at the storage type for query rows r of one (b, h), over key blocks `cols`: the row
@@ -274,15 +339,7 @@ struct BaselineRows {
     }
   }
 
-  // S of keys c: fp32 accumulation, stored at the storage type.
-  Mat<float> scores(Range c) const {
-    const Problem& p = in.p;
-    MapF Q(in.q.data() + p.q_row(b, h, r.lo), r.n(), p.d);
-    MapF K(in.k.data() + p.kv_row(b, p.kv_head(h), c.lo), c.n(), p.d);
-    Mat<float> S = float(p.softmax_scale()) * (Q * K.transpose());
-    round_mat(p.dtype, S);
-    return S;
-  }
+  Mat<float> scores(Range c) const { return baseline_scores(in, b, h, r, c); }
 
   // P of keys c: exp(S − m) / ℓ, stored at the storage type; 0 where masked and on empty rows.
   Mat<float> probs(Range c) const {
@@ -319,9 +376,7 @@ void accumulate(bool first, A& dest, const B& x) {
   else dest += x;
 }
 
-}  // namespace
-
-Outputs baseline_forward(const Inputs& in, Blocking asked) {
+Outputs baseline_forward_one(const Inputs& in, Blocking asked) {
   const Problem& p = in.p;
   const Blocking bk = blocking_for(p, asked);
   const std::vector<Range> rows = cut(p.Nq, bk.rows), cols = cut(p.Nk, bk.cols);
@@ -344,7 +399,7 @@ Outputs baseline_forward(const Inputs& in, Blocking asked) {
   return out;
 }
 
-Outputs baseline_backward(const Inputs& in, Blocking asked) {
+Outputs baseline_backward_one(const Inputs& in, Blocking asked) {
   const Problem& p = in.p;
   const DType t = p.dtype;
   const float scale = float(p.softmax_scale());
@@ -377,12 +432,10 @@ Outputs baseline_backward(const Inputs& in, Blocking asked) {
       Dv[li] = D(i);
     }
   }
-  // The rounded P of rows r × keys c from the stored m and ℓ (what BaselineRows::probs gives).
-  auto probs = [&](int64_t b, int64_t h, Range r, Range c) {
-    MapF Q = q_rows(in.q, p, b, h, r);
-    MapF K = kv_rows(in.k, p, b, p.kv_head(h), c);
-    Mat<float> P = scale * (Q * K.transpose());
-    round_mat(t, P);
+  // The rounded P of rows r × keys c from the stored m and ℓ (what BaselineRows::probs gives); T as in
+  // baseline_scores().
+  auto probs = [&](int64_t b, int64_t h, Range r, Range c, Mat<float>* T = nullptr) {
+    Mat<float> P = baseline_scores(in, b, h, r, c, T);
     for (int64_t i = 0; i < r.n(); ++i) {
       const int64_t li = p.lse_at(b, h, r.lo + i);
       if (M[li] == -inf) { P.row(i).setZero(); continue; }
@@ -392,13 +445,18 @@ Outputs baseline_backward(const Inputs& in, Blocking asked) {
     round_mat(t, P);
     return P;
   };
-  // dS of rows r × keys c, rounded: P ∘ (dP − D), dP = dO Vᵀ rounded.
-  auto dscores = [&](int64_t b, int64_t h, Range r, Range c, const Mat<float>& P) {
+  // dS of rows r × keys c, rounded: P ∘ (dP − D), dP = dO Vᵀ rounded; with a softcap, then times
+  // 1 − T², rounded again (the gradient of τ·q·k).
+  auto dscores = [&](int64_t b, int64_t h, Range r, Range c, const Mat<float>& P, const Mat<float>& T) {
     Mat<float> dP = q_rows(in.dO, p, b, h, r) * kv_rows(in.v, p, b, p.kv_head(h), c).transpose();
     round_mat(t, dP);
     Eigen::Map<const Eigen::VectorXf> D(Dv.data() + p.lse_at(b, h, r.lo), r.n());
     Mat<float> dS = (P.array() * (dP.colwise() - D).array()).matrix();
     round_mat(t, dS);
+    if (p.softcap) {
+      dS.array() *= 1.0f - T.array().square();
+      round_mat(t, dS);
+    }
     return dS;
   };
   // dK_j, dV_j: one task per (K/V head, key block). Each query head's dK, dV is rounded to the
@@ -412,8 +470,9 @@ Outputs baseline_backward(const Inputs& in, Blocking asked) {
       Mat<float> dKh, dVh;
       for (size_t k = 0; k < rows.size(); ++k) {
         const Range r = rows[k];
-        const Mat<float> P = probs(b, h, r, c);
-        const Mat<float> dS = dscores(b, h, r, c, P);
+        Mat<float> T;
+        const Mat<float> P = probs(b, h, r, c, &T);
+        const Mat<float> dS = dscores(b, h, r, c, P, T);
         // noalias: evaluated straight into the row-major result, as the one-block baseline always
         // was (a plain `=` goes through a temporary whose product rounds in another order).
         if (k == 0) {
@@ -448,11 +507,195 @@ Outputs baseline_backward(const Inputs& in, Blocking asked) {
     Mat<float> dQ;
     for (size_t k = 0; k < cols.size(); ++k) {
       const Range c = cols[k];
-      const Mat<float> dS = dscores(b, h, r, c, probs(b, h, r, c));
+      Mat<float> T;
+      const Mat<float> P = probs(b, h, r, c, &T);
+      const Mat<float> dS = dscores(b, h, r, c, P, T);
       accumulate(k == 0, dQ, scale * (dS * kv_rows(in.k, p, b, p.kv_head(h), c)));
     }
     round_mat(t, dQ);
     Eigen::Map<Mat<float>>(out.dq.data() + p.q_row(b, h, r.lo), r.n(), p.d) = dQ;
+  }
+  return out;
+}
+
+
+// --- Variable length and seqused_k: each sequence as a problem of its own -------------------------
+
+bool per_sequence(const Problem& p) { return p.varlen() || !p.seqused_k.empty(); }
+
+// Sequence b of a varlen or seqused_k problem as a problem of its own: B = 1, Nq = seqlen_q(b),
+// Nk = seqlen_k(b) (the keys it uses), the plain layout, its row of [B][H] slopes. The caller has
+// checked that both lengths are at least 1.
+Inputs sequence(const Inputs& in, int64_t b, bool with_dO) {
+  const Problem& p = in.p;
+  Inputs s;
+  s.p = p;
+  s.p.B = 1;
+  s.p.Nq = p.seqlen_q(b);
+  s.p.Nk = p.seqlen_k(b);
+  s.p.cu_seqlens_q.clear();
+  s.p.cu_seqlens_k.clear();
+  s.p.seqused_k.clear();
+  s.seed = in.seed;
+  s.opt = in.opt;
+  if (p.alibi != Alibi::none) {
+    s.p.alibi = Alibi::heads;
+    for (int64_t h = 0; h < p.H; ++h) s.alibi_slopes.push_back(in.alibi_slopes[size_t(p.alibi_index(b, h))]);
+  }
+  const Problem& sp = s.p;
+  auto gather = [&](const std::vector<float>& x, int64_t heads, int64_t n, bool q_side) {
+    std::vector<float> y(size_t(heads * n * p.d));
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t from = q_side ? p.q_off(b, h, i) : p.kv_off(b, h, i);
+        const int64_t to = q_side ? sp.q_row(0, h, i) : sp.kv_row(0, h, i);
+        std::copy(x.begin() + from, x.begin() + from + p.d, y.begin() + to);
+      }
+    return y;
+  };
+  s.q = gather(in.q, p.H, sp.Nq, true);
+  s.k = gather(in.k, p.H_kv, sp.Nk, false);
+  s.v = gather(in.v, p.H_kv, sp.Nk, false);
+  if (with_dO) s.dO = gather(in.dO, p.H, sp.Nq, true);
+  return s;
+}
+
+// Rows of sequence b's own tensors (plain layout of sp) copied to their places in the whole problem's.
+template <class T, class U>
+void scatter_q(std::vector<T>& to, const Problem& p, int64_t b, const std::vector<U>& from, const Problem& sp) {
+  for (int64_t h = 0; h < p.H; ++h)
+    for (int64_t i = 0; i < sp.Nq; ++i)
+      std::copy(from.begin() + sp.q_row(0, h, i), from.begin() + sp.q_row(0, h, i) + p.d, to.begin() + p.q_off(b, h, i));
+}
+template <class T, class U>
+void scatter_kv(std::vector<T>& to, const Problem& p, int64_t b, const std::vector<U>& from, const Problem& sp) {
+  for (int64_t hk = 0; hk < p.H_kv; ++hk)
+    for (int64_t j = 0; j < sp.Nk; ++j)
+      std::copy(from.begin() + sp.kv_row(0, hk, j), from.begin() + sp.kv_row(0, hk, j) + p.d, to.begin() + p.kv_off(b, hk, j));
+}
+template <class T, class U>
+void scatter_rows(std::vector<T>& to, const Problem& p, int64_t b, const std::vector<U>& from, const Problem& sp) {
+  for (int64_t h = 0; h < p.H; ++h)
+    for (int64_t i = 0; i < sp.Nq; ++i) to[size_t(p.lse_off(b, h, i))] = T(from[size_t(sp.lse_at(0, h, i))]);
+}
+
+// Refuses inputs that do not fit their problem, before any read: a malformed problem, slopes of the
+// wrong shape, a tensor of the wrong size (the oracle would read past it).
+void check_inputs(const Inputs& in, bool with_dO) {
+  const Problem& p = in.p;
+  p.validate();
+  require_alibi_slopes(p, in.alibi_slopes);
+  auto size = [&](const char* name, const std::vector<float>& x, int64_t want) {
+    if (int64_t(x.size()) != want)
+      throw Error(std::string("the oracle's input ") + name + " has " + std::to_string(x.size()) +
+                  " values; the problem (" + p.describe() + ") needs " + std::to_string(want));
+  };
+  size("q", in.q, p.q_elems());
+  size("k", in.k, p.kv_elems());
+  size("v", in.v, p.kv_elems());
+  if (with_dO) size("dO", in.dO, p.q_elems());
+}
+
+}  // namespace
+
+Forward forward(const Inputs& in, bool want, Blocking asked) {
+  check_inputs(in, false);
+  const Problem& p = in.p;
+  if (!per_sequence(p)) return forward_one(in, want, asked);
+  Forward f;
+  f.o.assign(size_t(p.q_elems()), 0.0);
+  f.lse.assign(size_t(p.lse_elems()), kInf);  // a sequence without keys: every row sees none
+  if (want) {  // [B][H][Nq][Nk] with Nq, Nk the longest sequences: padding holds S = −inf, P = 0
+    f.s.assign(size_t(p.score_elems()), -kInf);
+    f.p.assign(size_t(p.score_elems()), 0.0);
+    f.m.assign(size_t(p.lse_elems()), -kInf);
+    f.l.assign(size_t(p.lse_elems()), 0.0);
+  }
+  for (int64_t b = 0; b < p.B; ++b) {
+    if (p.seqlen_q(b) == 0 || p.seqlen_k(b) == 0) continue;
+    const Inputs s = sequence(in, b, false);
+    const Forward fs = forward_one(s, want, asked);
+    const Problem& sp = s.p;
+    scatter_q(f.o, p, b, fs.o, sp);
+    scatter_rows(f.lse, p, b, fs.lse, sp);
+    if (!want) continue;
+    scatter_rows(f.m, p, b, fs.m, sp);
+    scatter_rows(f.l, p, b, fs.l, sp);
+    for (int64_t h = 0; h < p.H; ++h)
+      for (int64_t i = 0; i < sp.Nq; ++i)
+        for (int64_t j = 0; j < sp.Nk; ++j) {
+          const size_t to = size_t(((b * p.H + h) * p.Nq + i) * p.Nk + j), from = size_t((h * sp.Nq + i) * sp.Nk + j);
+          f.s[to] = fs.s[from];
+          f.p[to] = fs.p[from];
+        }
+  }
+  return f;
+}
+
+Backward backward(const Inputs& in, const Forward& f, Blocking asked) {
+  check_inputs(in, true);
+  const Problem& p = in.p;
+  if (f.o.size() != size_t(p.q_elems()) || f.lse.size() != size_t(p.lse_elems()))
+    throw Error("the oracle's backward needs the forward of the same problem (" + p.describe() + ")");
+  if (!per_sequence(p)) return backward_one(in, f, asked);
+  Backward g;
+  g.dq.assign(size_t(p.q_elems()), 0.0);
+  g.dk.assign(size_t(p.kv_elems()), 0.0);  // keys no query sees (past seqused_k) get no gradient
+  g.dv.assign(size_t(p.kv_elems()), 0.0);
+  g.D.assign(size_t(p.lse_elems()), 0.0);   // O = 0 where a sequence has no key, so D = 0 there
+  for (int64_t b = 0; b < p.B; ++b) {
+    if (p.seqlen_q(b) == 0 || p.seqlen_k(b) == 0) continue;
+    const Inputs s = sequence(in, b, true);
+    const Problem& sp = s.p;
+    Forward fs;  // the sequence's own O and L, gathered
+    fs.o.assign(size_t(sp.q_elems()), 0.0);
+    fs.lse.assign(size_t(sp.lse_elems()), 0.0);
+    for (int64_t h = 0; h < p.H; ++h)
+      for (int64_t i = 0; i < sp.Nq; ++i) {
+        std::copy(f.o.begin() + p.q_off(b, h, i), f.o.begin() + p.q_off(b, h, i) + p.d, fs.o.begin() + sp.q_row(0, h, i));
+        fs.lse[size_t(sp.lse_at(0, h, i))] = f.lse[size_t(p.lse_off(b, h, i))];
+      }
+    const Backward gs = backward_one(s, fs, asked);
+    scatter_q(g.dq, p, b, gs.dq, sp);
+    scatter_kv(g.dk, p, b, gs.dk, sp);
+    scatter_kv(g.dv, p, b, gs.dv, sp);
+    scatter_rows(g.D, p, b, gs.D, sp);
+  }
+  return g;
+}
+
+Outputs baseline_forward(const Inputs& in, Blocking asked) {
+  check_inputs(in, false);
+  const Problem& p = in.p;
+  if (!per_sequence(p)) return baseline_forward_one(in, asked);
+  Outputs out;
+  out.o.assign(size_t(p.q_elems()), 0.f);
+  out.lse.assign(size_t(p.lse_elems()), std::numeric_limits<float>::infinity());
+  for (int64_t b = 0; b < p.B; ++b) {
+    if (p.seqlen_q(b) == 0 || p.seqlen_k(b) == 0) continue;
+    const Inputs s = sequence(in, b, false);
+    const Outputs os = baseline_forward_one(s, asked);
+    scatter_q(out.o, p, b, os.o, s.p);
+    scatter_rows(out.lse, p, b, os.lse, s.p);
+  }
+  return out;
+}
+
+Outputs baseline_backward(const Inputs& in, Blocking asked) {
+  check_inputs(in, true);
+  const Problem& p = in.p;
+  if (!per_sequence(p)) return baseline_backward_one(in, asked);
+  Outputs out;
+  out.dq.assign(size_t(p.q_elems()), 0.f);
+  out.dk.assign(size_t(p.kv_elems()), 0.f);
+  out.dv.assign(size_t(p.kv_elems()), 0.f);
+  for (int64_t b = 0; b < p.B; ++b) {
+    if (p.seqlen_q(b) == 0 || p.seqlen_k(b) == 0) continue;
+    const Inputs s = sequence(in, b, true);
+    const Outputs os = baseline_backward_one(s, asked);
+    scatter_q(out.dq, p, b, os.dq, s.p);
+    scatter_kv(out.dk, p, b, os.dk, s.p);
+    scatter_kv(out.dv, p, b, os.dv, s.p);
   }
   return out;
 }

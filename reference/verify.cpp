@@ -37,8 +37,8 @@ void require_finite_baseline(const Inputs& in, const Expected& e, bool backward)
 
 Verdict verify(const Inputs& in, const Outputs& got, const Expected& e, bool backward) {
   const Problem& p = in.p;
-  const std::vector<int64_t> q_dims = {p.B, p.H, p.Nq, p.d}, kv_dims = {p.B, p.H_kv, p.Nk, p.d},
-                             l_dims = {p.B, p.H, p.Nq};
+  // [B][H][Nq][d] …, or the packed [total_q][H][d] … of a varlen problem: a failure names its index there.
+  const std::vector<int64_t> q_dims = p.q_shape(), kv_dims = p.kv_shape(), l_dims = p.lse_shape();
   Verdict v;
   v.checks.push_back(compare("O", got.o, e.fwd.o, e.base_fwd.o, q_dims, p.dtype, in.seed));
   v.checks.push_back(compare("L", got.lse, e.fwd.lse, e.base_fwd.lse, l_dims, DType::f32, in.seed));

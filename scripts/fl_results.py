@@ -68,7 +68,7 @@ def _unescape(s: str) -> str:
 def parse_ladder(root: str) -> list[Step]:
     """Reads steps/ladder.cpp. Each entry there looks like
          {"05", "05_fa2_lse", "the change …" ["more of it" …], Where::gpu, false, kGpuTypes, CudaCoreD::list(),
-          FL_GPU(s05::impl), "04"[, Arch::sm90a[, /*deterministic_backward=*/true]]},
+          FL_GPU(s05::impl), "04"[, Arch::sm90a[, /*deterministic_backward=*/true[, kWindow | kSoftcap]]]},
     and the constant lists (kGpuTypes = {DType::f16, DType::bf16} in ladder.cpp; using CudaCoreD =
     HeadDims<64, 128> in steps/ladder.hpp) are read too."""
     path = os.path.join(root, "steps", "ladder.cpp")
@@ -87,7 +87,8 @@ def parse_ladder(root: str) -> list[Step]:
             consts[name] = [int(x) for x in items]
     entry = re.compile(r'\{\s*"(\w+)"\s*,\s*"(\w+)"\s*,\s*((?:' + _STRING + r'\s*)+),\s*Where::(\w+)\s*,\s*(true|false)'
                        r'\s*,\s*(\w+)\s*,\s*(\w+)(?:::list\(\))?\s*,\s*(?:FL_GPU\(\w+::impl\)|&\w+::impl)\s*,'
-                       r'\s*"(\w*)"\s*(?:,\s*Arch::(\w+)\s*)?(?:,\s*(?:/\*[^*]*\*/\s*)?(?:true|false)\s*)?\}')
+                       r'\s*"(\w*)"\s*(?:,\s*Arch::(\w+)\s*)?(?:,\s*(?:/\*[^*]*\*/\s*)?(?:true|false)\s*)?'
+                       r'(?:,\s*(?:/\*[^*]*\*/\s*)?[A-Za-z_][\w\s|]*)?\}')
     steps = []
     for m in entry.finditer(text):
         number, folder, strings = m.group(1), m.group(2), m.group(3)

@@ -38,19 +38,22 @@ namespace fl {
 namespace {
 const std::vector<DType> kCpuTypes = {DType::f32};
 const std::vector<DType> kGpuTypes = {DType::f16, DType::bf16};  // steps/launch.cuh dispatches these
+// Every variant of issue 21 (window, softcap, ALiBi, varlen, seqused_k): the CPU steps' S changes by
+// one line each (docs/variants.md).
+constexpr unsigned kAllVariants = kWindow | kSoftcap | kAlibi | kVarlen | kSeqused;
 }  // namespace
 
 // An entry: {number, folder, the one idea, Where, backward?, storage types, HeadDims list, impl, base,
-// Arch (default any)}. The head-dim lists are in steps/ladder.hpp; scripts/fl_results.py reads both.
+// Arch (default any), deterministic backward? (default no), Variant bits (default none)}. The head-dim lists are in steps/ladder.hpp; scripts/fl_results.py reads both.
 
 const std::vector<Step>& ladder() {
   static const std::vector<Step> steps = {
       {"01", "01_cpu_standard",
        "Algorithm 0 with Eigen: S = QKᵀ, P = softmax(S), O = PV, S and P materialised (O(N²) memory)",
-       Where::cpu, false, kCpuTypes, AnyD::list(), &s01::impl, ""},
+       Where::cpu, false, kCpuTypes, AnyD::list(), &s01::impl, "", Arch::any, false, kAllVariants},
       {"02", "02_cpu_online_softmax",
        "one pass over the keys with running max m, running sum ℓ and a rescaled accumulator: no N×N matrix",
-       Where::cpu, false, kCpuTypes, AnyD::list(), &s02::impl, "01"},
+       Where::cpu, false, kCpuTypes, AnyD::list(), &s02::impl, "01", Arch::any, false, kAllVariants},
       {"03", "03_cuda_naive",
        "Algorithm 0 on the GPU: three kernels (scores, row softmax, PV), S and P in device memory",
        Where::gpu, false, kGpuTypes, CudaCoreD::list(), FL_GPU(s03::impl), "02"},
@@ -170,6 +173,31 @@ std::string arch_refusal(Arch arch) {
 }
 }  // namespace
 
+unsigned variants_of(const Problem& p) {
+  unsigned v = 0;
+  if (p.windowed()) v |= kWindow;
+  if (p.softcap) v |= kSoftcap;
+  if (p.alibi != Alibi::none) v |= kAlibi;
+  if (p.varlen()) v |= kVarlen;
+  if (!p.seqused_k.empty()) v |= kSeqused;
+  return v;
+}
+
+namespace {
+// What a variant bit is, in words, with the problem's value of it.
+std::string variant_text(unsigned bit, const Problem& p) {
+  std::ostringstream s;
+  switch (bit) {
+    case kWindow: s << "sliding window (window_left=" << p.window_left << ", window_right=" << p.window_right << ")"; break;
+    case kSoftcap: s << "softcap (softcap=" << (p.softcap ? *p.softcap : 0.0) << ")"; break;
+    case kAlibi: s << "ALiBi (alibi=" << alibi_name(p.alibi) << ")"; break;
+    case kVarlen: s << "variable length (cu_seqlens_q, cu_seqlens_k: " << p.B << " packed sequences)"; break;
+    case kSeqused: s << "per-sequence key lengths (seqused_k)"; break;
+  }
+  return s.str();
+}
+}  // namespace
+
 std::string Step::why_not(const Problem& p) const {
   std::string why = p.invalid_reason();
   if (!why.empty()) return "invalid problem: " + why;
@@ -177,6 +205,15 @@ std::string Step::why_not(const Problem& p) const {
     return std::string("does not support storage type ") + dtype_name(p.dtype) + "; it supports " + dtypes_text();
   if (!supports_d(p.d))
     return "does not support head dim d = " + std::to_string(p.d) + "; it supports d in {" + head_dims_text() + "}";
+  const unsigned missing = variants_of(p) & ~variants;
+  for (unsigned bit : {kWindow, kSoftcap, kAlibi, kVarlen, kSeqused}) {
+    if (!(missing & bit)) continue;
+    std::string who;
+    for (const Step& s : ladder())
+      if (s.variants & bit) who += (who.empty() ? "" : ", ") + s.folder;
+    return "does not support " + variant_text(bit, p) + "; " +
+           (who.empty() ? std::string("no step of the ladder supports it yet") : "the steps that do: " + who);
+  }
   if (!impl) {
 #ifdef FLASHLADDER_HAVE_CUDA
     return "is not in this build: its source steps/" + folder + "/attention.cu was not compiled";

@@ -40,7 +40,9 @@
 namespace fl {
 
 /// Pointers live where the step runs (host memory for CPU steps, device memory for GPU steps) and
-/// hold the storage type p.dtype, except L (always fp32).
+/// hold the storage type p.dtype, except L (always fp32). With variable length (p.varlen()) the
+/// tensors are packed: Q, O [total_q][H][d], K, V [total_k][H_kv][d], L [H][total_q]
+/// (common/problem.hpp; p.q_off/kv_off/lse_off give the offsets in either layout).
 struct ForwardArgs {
   const void* q;    // [B][H][Nq][d]
   const void* k;    // [B][H_kv][Nk][d]
@@ -49,6 +51,11 @@ struct ForwardArgs {
   float* lse;       // [B][H][Nq]
   void* workspace;  // workspace_bytes(p) bytes, poisoned with NaN before the call
   void* stream;     // cudaStream_t for GPU steps; unused on the CPU
+  // The variants' data (issue 21), null when the problem does not use them:
+  const float* alibi_slopes = nullptr;   // [H] or [B][H], fp32, where the step runs (p.alibi)
+  const int32_t* cu_seqlens_q = nullptr; // [B + 1] \ device copies of the Problem's vectors (GPU steps;
+  const int32_t* cu_seqlens_k = nullptr; // [B + 1]  | host pointers to the same values for CPU steps)
+  const int32_t* seqused_k = nullptr;    // [B]     /
 };
 
 struct BackwardArgs {
@@ -63,7 +70,24 @@ struct BackwardArgs {
   void* dv;          // [B][H_kv][Nk][d]
   void* workspace;   // backward_workspace_bytes(p) bytes, poisoned with NaN before the call
   void* stream;
+  // As in ForwardArgs:
+  const float* alibi_slopes = nullptr;   // [H] or [B][H], fp32, where the step runs
+  const int32_t* cu_seqlens_q = nullptr; // [B + 1]
+  const int32_t* cu_seqlens_k = nullptr; // [B + 1]
+  const int32_t* seqused_k = nullptr;    // [B]
 };
+
+/// The variants a step supports (Step::variants, a bitmask); Step::refusal refuses a problem that
+/// uses one the step does not list, naming the steps that do.
+enum Variant : unsigned {
+  kWindow = 1,    // window_left / window_right
+  kSoftcap = 2,   // softcap
+  kAlibi = 4,     // ALiBi slopes, [H] and [B][H]
+  kVarlen = 8,    // cu_seqlens_q / cu_seqlens_k: the packed layout
+  kSeqused = 16,  // seqused_k
+};
+/// The variants p uses, as Variant bits.
+unsigned variants_of(const Problem& p);
 
 struct StepImpl {
   size_t (*workspace_bytes)(const Problem&);
@@ -111,6 +135,7 @@ struct Step {
   std::string base;                 // number of the step its source is diffed against ("" for 01)
   Arch arch = Arch::any;            // Arch::sm90a: refused on a GPU other than compute capability 9.0
   bool deterministic_backward = false;  // its backward honours Problem::deterministic (bitwise runs)
+  unsigned variants = 0;            // the Variant bits it supports, forward and backward alike
 
   bool gpu() const { return where == Where::gpu; }
   bool has_backward() const { return backward && impl && impl->backward; }
@@ -118,7 +143,7 @@ struct Step {
   bool supports_d(int64_t d) const;
   /// "" when the step can run p; otherwise why not, a message that names the limit and NOT the step
   /// (for a line that already starts with the step's folder: "08e_wgmma: not run: <why_not>").
-  /// Checks the problem, the storage type, the head dim, the build, the GPU's capability (Arch) and
+  /// Checks the problem, the storage type, the head dim, the variants, the build, the GPU's capability (Arch) and
   /// the step's own limits, in that order, before any launch.
   std::string why_not(const Problem& p) const;
   /// "" when the step can run p; otherwise named(why_not(p)): "step <folder>: " and the limit, for an

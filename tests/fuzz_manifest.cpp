@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // Accepted: the problem is valid, every output's tol is the rule's, and the layout is complete.
   if (!m.p.invalid_reason().empty()) std::abort();
-  if (m.tensors.size() != 9) std::abort();
+  if (m.tensors.size() != (m.p.alibi == fl::Alibi::none ? 9u : 10u)) std::abort();  // + alibi_slopes
   for (const fl::golden::TensorInfo& t : m.tensors)
     if (!t.input && !(t.tol.tol == 2 * t.tol.baseline_err + t.tol.floor)) std::abort();
   return 0;

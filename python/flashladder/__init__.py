@@ -10,6 +10,11 @@ Conventions (the project's, ../shared/design/ladder.md): q is [B, H, Nq, d], k a
 mask is aligned bottom-right (query i sees key j iff j <= i + Nk - Nq); a row that sees no key has
 o = 0 and lse = +inf; lse is the natural-log logsumexp of the scaled scores; scale defaults to 1/sqrt(d).
 
+The variants (docs/variants.md) are keywords of oracle() and check(): window=(left, right) (-1 =
+unbounded), softcap=c, alibi_slopes ([H] or [B, H] float32), and variable length: cu_seqlens_q,
+cu_seqlens_k (B + 1 offsets each; q, do then [total_q, H, d], k, v [total_k, H_kv, d], lse [H, total_q])
+and seqused_k (B key counts, with or without cu_seqlens).
+
 Inputs are numpy arrays or torch tensors. CUDA tensors are copied to the host for oracle() and check();
 non-contiguous inputs are made contiguous (a copy) everywhere, step() included. Every dtype and shape
 is checked in Python before any C++ runs; bad ones raise TypeError or ValueError naming the tensor.
@@ -178,19 +183,165 @@ def _options(causal, scale):
     return bool(causal), scale
 
 
-def oracle(q, k, v, *, causal: bool = False, scale: Optional[float] = None, do=None):
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _int_list(x, name: str) -> List[int]:
+    """Offsets or lengths as a list of Python ints: a list or tuple of integers, a 1-D numpy integer array
+    or a 1-D torch integer tensor (copied to the host); TypeError or ValueError naming `name` otherwise."""
+    if _is_tensor(x):
+        if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == _torch().bool:
+            raise TypeError(f"{name} must hold integers, not {x.dtype}")
+        x = x.detach().cpu().numpy()
+    if isinstance(x, np.ndarray):
+        if x.ndim != 1 or not np.issubdtype(x.dtype, np.integer):
+            raise TypeError(f"{name} must be a 1-D array of integers, not {x.ndim}-D {x.dtype}")
+        x = [int(n) for n in x]
+    if not isinstance(x, (list, tuple)) or not all(_is_int(n) for n in x):
+        raise TypeError(f"{name} must be a list of integers, not {x!r}")
+    out = [int(n) for n in x]
+    for i, n in enumerate(out):
+        if not -2**31 <= n < 2**31:
+            raise ValueError(f"{name}[{i}] = {n} does not fit in int32")
+    return out
+
+
+def _variants_text(window, softcap, alibi, varlen, seqused) -> str:
+    """What Problem::variants_text() prints: "window=(256,0) softcap=30 alibi=heads varlen seqused_k"."""
+    parts = []
+    if window != (-1, -1):
+        parts.append(f"window=({window[0]},{window[1]})")
+    if softcap is not None:
+        parts.append(f"softcap={softcap:g}")
+    if alibi != "none":
+        parts.append(f"alibi={alibi}")
+    if varlen:
+        parts.append("varlen")
+    if seqused:
+        parts.append("seqused_k")
+    return " ".join(parts)
+
+
+def _problem(q, k, v, do=None, *, window=None, softcap=None, alibi_slopes=None, cu_seqlens_q=None,
+             cu_seqlens_k=None, seqused_k=None):
+    """(problem dict, _core.Variants, float32 slopes or None): B, H, H_kv, Nq, Nk, d from the shapes (the
+    packed ones with cu_seqlens_q/k, where B is the number of sequences and Nq, Nk the longest), and the
+    variants checked for type and shape. ValueError or TypeError naming the field; what only the C++
+    judges (offsets that decrease, a sequence longer than allowed) raises flashladder.Error there."""
+    # window
+    if window is None:
+        window = (-1, -1)
+    if not isinstance(window, (tuple, list)) or len(window) != 2 or not all(_is_int(w) for w in window):
+        raise TypeError(f"window must be a pair of integers (left, right), -1 = unbounded, not {window!r}")
+    window = (int(window[0]), int(window[1]))
+    for side, w in zip(("window_left", "window_right"), window):
+        if w < -1:
+            raise ValueError(f"{side} = {w} is not allowed: it must be -1 (unbounded) or a number of keys >= 0")
+    # softcap
+    if softcap is not None:
+        if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, (int, float, np.integer, np.floating)):
+            raise TypeError(f"softcap must be a number or None (no softcap), not {softcap!r}")
+        softcap = float(softcap)
+        if not (math.isfinite(softcap) and softcap > 0):
+            raise ValueError(f"softcap = {softcap} is not allowed: it must be finite and > 0 (None for no softcap)")
+    # shapes: plain or packed
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if varlen:
+        if cu_seqlens_q is None or cu_seqlens_k is None:
+            given, missing = ("cu_seqlens_q", "cu_seqlens_k") if cu_seqlens_k is None else ("cu_seqlens_k", "cu_seqlens_q")
+            raise ValueError(f"{given} is given without {missing}: a variable-length problem needs both")
+        cu_q, cu_k = _int_list(cu_seqlens_q, "cu_seqlens_q"), _int_list(cu_seqlens_k, "cu_seqlens_k")
+        if len(cu_q) < 2:
+            raise ValueError(f"cu_seqlens_q has {len(cu_q)} entries; it needs B + 1 >= 2 (0, then the end of each sequence)")
+        if len(cu_k) != len(cu_q):
+            raise ValueError(f"cu_seqlens_k has {len(cu_k)} entries but cu_seqlens_q {len(cu_q)}: both are B + 1 offsets")
+        shapes = {}
+        for name, x in (("q", q), ("k", k), ("v", v), ("do", do)):
+            if x is None:
+                continue
+            _kind(x, name)
+            sh = tuple(int(n) for n in x.shape)
+            if len(sh) != 3:
+                raise ValueError(f"{name} has shape {list(sh)}; with cu_seqlens it must be 3-D (packed): q, o, do "
+                                 "[total_q, H, d], k, v [total_k, H_kv, d]")
+            if min(sh[1:]) < 1:
+                raise ValueError(f"{name} has shape {list(sh)}: heads and d must be at least 1")
+            shapes[name] = sh
+        total_q, H, d = shapes["q"]
+        total_k, H_kv, dk = shapes["k"]
+        if dk != d:
+            raise ValueError(f"k has shape {list(shapes['k'])} but q {list(shapes['q'])}: k must be [total_k, H_kv, d={d}]")
+        if shapes["v"] != shapes["k"]:
+            raise ValueError(f"v has shape {list(shapes['v'])} but k {list(shapes['k'])}: they must agree")
+        if "do" in shapes and shapes["do"] != shapes["q"]:
+            raise ValueError(f"do has shape {list(shapes['do'])} but q {list(shapes['q'])}: they must agree")
+        if H % H_kv:
+            raise ValueError(f"q has H = {H} heads and k has H_kv = {H_kv}: H must be a multiple of H_kv (GQA/MQA)")
+        for name, cu, total, t in (("cu_seqlens_q", cu_q, total_q, "q"), ("cu_seqlens_k", cu_k, total_k, "k")):
+            if cu[-1] != total:
+                raise ValueError(f"{t} holds {total} tokens (its first dimension) but {name}[-1] = {cu[-1]}: the "
+                                 "packed total must agree with the offsets")
+        longest = lambda cu: max([1] + [b - a for a, b in zip(cu, cu[1:])])  # noqa: E731
+        p = dict(B=len(cu_q) - 1, H=H, H_kv=H_kv, Nq=longest(cu_q), Nk=longest(cu_k), d=d, total_q=total_q,
+                 total_k=total_k)
+    else:
+        cu_q, cu_k = [], []
+        p = _shape_problem(q, k, v, do)
+    used = [] if seqused_k is None else _int_list(seqused_k, "seqused_k")
+    if seqused_k is not None and len(used) != p["B"]:
+        raise ValueError(f"seqused_k has {len(used)} entries; it must have B = {p['B']} (one per sequence)")
+    # ALiBi slopes: [H] or [B, H] float32
+    alibi, slopes = "none", None
+    if alibi_slopes is not None:
+        _kind(alibi_slopes, "alibi_slopes")
+        sh = tuple(int(n) for n in alibi_slopes.shape)
+        if sh == (p["H"],):
+            alibi = "heads"
+        elif sh == (p["B"], p["H"]):
+            alibi = "batch_heads"
+        else:
+            raise ValueError(f"alibi_slopes has shape {list(sh)}; it must be [H] = [{p['H']}] or [B, H] = "
+                             f"[{p['B']}, {p['H']}] (fp32)")
+        slopes = _input(alibi_slopes, "alibi_slopes").reshape(-1)
+    var = _core.Variants(window_left=window[0], window_right=window[1], softcap=softcap, alibi=alibi,
+                         cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, seqused_k=used)
+    p.update(window=window, softcap=softcap, alibi=alibi, varlen=varlen,
+             variants=_variants_text(window, softcap, alibi, varlen, bool(used)))
+    return p, var, slopes
+
+
+def _shapes(p) -> tuple:
+    """The shapes of q (o, do, dq), k (v, dk, dv) and lse for problem p: plain or packed."""
+    if p.get("varlen"):
+        tq, tk = p["total_q"], p["total_k"]
+        return (tq, p["H"], p["d"]), (tk, p["H_kv"], p["d"]), (p["H"], tq)
+    return ((p["B"], p["H"], p["Nq"], p["d"]), (p["B"], p["H_kv"], p["Nk"], p["d"]), (p["B"], p["H"], p["Nq"]))
+
+
+def oracle(q, k, v, *, causal: bool = False, scale: Optional[float] = None, do=None, window=None,
+           softcap: Optional[float] = None, alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None):
     """Standard attention in float64 (Eigen): Forward(o, lse), or ForwardBackward(o, lse, dq, dk, dv)
     when the upstream gradient `do` is given.
 
     q [B, H, Nq, d], k and v [B, H_kv, Nk, d], do [B, H, Nq, d]: numpy arrays or torch tensors of
     float16, bfloat16, float32 or float64 (float64 values must be exact in float32). Nq and Nk are
     independent; causal is aligned bottom-right; scale defaults to 1/sqrt(d). Results are float64 numpy.
+
+    The variants (docs/variants.md): window=(left, right) masks keys further than left before or right
+    after the diagonal i + Nk - Nq (-1 = unbounded; intersected with causal); softcap=c makes the logits
+    c*tanh(scale*q.k/c); alibi_slopes ([H] or [B, H]) subtracts slope*|i + Nk - Nq - j|; cu_seqlens_q and
+    cu_seqlens_k (B + 1 offsets) pack the batch: q, do [total_q, H, d], k, v [total_k, H_kv, d], and the
+    results o, dq [total_q, H, d], lse [H, total_q], dk, dv [total_k, H_kv, d], each sequence its own
+    problem; seqused_k (B values) limits sequence b to its first seqused_k[b] keys.
     """
     causal, scale = _options(causal, scale)
-    p = _shape_problem(q, k, v, do)
+    p, var, slopes = _problem(q, k, v, do, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+                              cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k)
     qa, ka, va = _input(q, "q"), _input(k, "k"), _input(v, "v")
     da = _input(do, "do") if do is not None else None
-    out = _core.oracle(p["B"], p["H"], p["H_kv"], p["Nq"], p["Nk"], p["d"], causal, scale, qa, ka, va, da)
+    out = _core.oracle(p["B"], p["H"], p["H_kv"], p["Nq"], p["Nk"], p["d"], causal, scale, qa, ka, va, da,
+                       variants=var, alibi_slopes=slopes)
     return Forward(*out) if do is None else ForwardBackward(*out)
 
 
@@ -279,8 +430,9 @@ class Report:
     def __str__(self) -> str:
         p = self.problem
         scale = p["scale"] if p["scale"] is not None else 1 / math.sqrt(p["d"])
+        variants = (" " + p["variants"]) if p.get("variants") else ""
         lines = [f"flashladder check: B={p['B']} H={p['H']} H_kv={p['H_kv']} Nq={p['Nq']} Nk={p['Nk']} "
-                 f"d={p['d']} causal={int(p['causal'])} {self.dtype} scale={scale:.4g}",
+                 f"d={p['d']} causal={int(p['causal'])} {self.dtype} scale={scale:.4g}{variants}",
                  f"{'':<11}{'max err':>11}{'tol':>11}{'tol used':>10}{'NaN':>6}{'Inf':>6}  first bad entry"]
         lines += [t.line() for t in self.tensors]
         failed = [t.name for t in self.tensors if not t.passed]
@@ -324,7 +476,8 @@ _FIRST_INDEX = re.compile(r"^\(([0-9, ]+)\)")
 
 
 def check(o, q, k, v, *, causal: bool = False, scale: Optional[float] = None, dtype=None, lse=None, do=None,
-          dq=None, dk=None, dv=None, seed: Optional[int] = None) -> Report:
+          dq=None, dk=None, dv=None, seed: Optional[int] = None, window=None, softcap: Optional[float] = None,
+          alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None) -> Report:
     """Judges a kernel's outputs by the project's rule, with the verdict `flashladder oracle check` gives.
 
     o (and lse, dq, dk, dv when given) are the kernel's outputs for inputs q, k, v (and upstream
@@ -334,14 +487,16 @@ def check(o, q, k, v, *, causal: bool = False, scale: Optional[float] = None, dt
     the storage type or a wider float. For each tensor: tol = 2 * max|baseline - oracle| + floor, the
     baseline being standard attention at the storage type; it passes when every entry is within tol,
     NaN and Inf failing (lse must be +inf exactly where a row sees no key). seed, if given, is printed
-    with the first bad entry (as the golden files' seed is).
+    with the first bad entry (as the golden files' seed is). The variants' keywords are oracle()'s (with
+    cu_seqlens the candidate's o, dq are [total_q, H, d], lse [H, total_q], dk, dv [total_k, H_kv, d]).
     """
     causal, scale = _options(causal, scale)
     for name, x in (("o", o), ("lse", lse), ("dq", dq), ("dk", dk), ("dv", dv)):
         if x is not None:
             _kind(x, name)
     storage = _storage(dtype, _kind(q, "q"))
-    p = _shape_problem(q, k, v, do)
+    p, var, slopes = _problem(q, k, v, do, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+                              cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k)
     if do is None and any(x is not None for x in (dq, dk, dv)):
         raise ValueError("dq, dk, dv are judged against the oracle's backward of do: give do too")
     inputs = {}
@@ -355,8 +510,7 @@ def check(o, q, k, v, *, causal: bool = False, scale: Optional[float] = None, dt
                              f"{storage}: the rule judges a kernel on the inputs it saw, so round the inputs to "
                              f"{storage} first and give the kernel and check() the same values")
         inputs[name] = a
-    qs, kvs, ls = ((p["B"], p["H"], p["Nq"], p["d"]), (p["B"], p["H_kv"], p["Nk"], p["d"]),
-                   (p["B"], p["H"], p["Nq"]))
+    qs, kvs, ls = _shapes(p)
     wanted = [("o", o, storage, qs), ("lse", lse, "fp32", ls), ("dq", dq, storage, qs), ("dk", dk, storage, kvs),
               ("dv", dv, storage, kvs)]
     candidates, mismatches = {}, {}
@@ -372,7 +526,7 @@ def check(o, q, k, v, *, causal: bool = False, scale: Optional[float] = None, dt
     if candidates:
         for r in _core.check(p["B"], p["H"], p["H_kv"], p["Nq"], p["Nk"], p["d"], causal, scale, storage,
                              inputs["q"], inputs["k"], inputs["v"], inputs.get("do"), candidates,
-                             0 if seed is None else int(seed)):
+                             0 if seed is None else int(seed), variants=var, alibi_slopes=slopes):
             first = r["first_bad"]
             if seed is None:  # the C++ names a seed; here there is none to name
                 first = first.replace(" (seed 0)", "")

@@ -46,16 +46,36 @@ fl::DType dtype_of(const std::string& name) {
   return *t;
 }
 
+// The variants (issue 21) as the Python layer passes them: window (-1, -1) and alibi "none" are the
+// plain problem; empty offsets mean no varlen, no seqused_k.
+struct Variants {
+  int64_t window_left = -1, window_right = -1;
+  std::optional<double> softcap;
+  std::string alibi = "none";
+  std::vector<int32_t> cu_seqlens_q, cu_seqlens_k, seqused_k;
+};
+
 fl::Problem make_problem(int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64_t d, bool causal,
-                         std::optional<double> scale, const std::string& dtype) {
+                         std::optional<double> scale, const std::string& dtype, const Variants& v = {}) {
   fl::Problem p;
   p.B = B; p.H = H; p.H_kv = H_kv; p.Nq = Nq; p.Nk = Nk; p.d = d;
   p.causal = causal;
   p.scale = scale;
   p.dtype = dtype_of(dtype);
+  p.window_left = v.window_left;
+  p.window_right = v.window_right;
+  p.softcap = v.softcap;
+  const auto a = fl::parse_alibi(v.alibi);
+  if (!a) throw fl::Error("alibi '" + v.alibi + "' is not one of none, heads, batch_heads");
+  p.alibi = *a;
+  p.cu_seqlens_q = v.cu_seqlens_q;
+  p.cu_seqlens_k = v.cu_seqlens_k;
+  p.seqused_k = v.seqused_k;
   p.validate();
   return p;
 }
+
+std::vector<py::ssize_t> shape(const std::vector<int64_t>& s) { return std::vector<py::ssize_t>(s.begin(), s.end()); }
 
 // The array's values, after checking that its element count is the one the problem derives (the
 // Python layer checked the shape; this is the guard against a caller that did not).
@@ -73,23 +93,25 @@ ArrF64 to_array(const std::vector<double>& xs, std::vector<py::ssize_t> shape) {
 }
 
 fl::Inputs make_inputs(const fl::Problem& p, const ArrF32& q, const ArrF32& k, const ArrF32& v,
-                       const std::optional<ArrF32>& dO) {
+                       const std::optional<ArrF32>& dO, const std::optional<ArrF32>& slopes) {
   fl::Inputs in;
   in.p = p;
   in.q = take(q, p.q_elems(), "q");
   in.k = take(k, p.kv_elems(), "k");
   in.v = take(v, p.kv_elems(), "v");
   if (dO) in.dO = take(*dO, p.q_elems(), "do");
+  if (slopes) in.alibi_slopes = std::vector<float>(slopes->data(), slopes->data() + slopes->size());
+  fl::require_alibi_slopes(p, in.alibi_slopes);
   return in;
 }
 
 // The oracle: O, L and, when dO is given, dQ, dK, dV, all in double.
 py::tuple oracle(int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64_t d, bool causal,
                  std::optional<double> scale, const ArrF32& q, const ArrF32& k, const ArrF32& v,
-                 const std::optional<ArrF32>& dO) {
+                 const std::optional<ArrF32>& dO, const Variants& var, const std::optional<ArrF32>& slopes) {
   // The storage type plays no part in the oracle (it reads the values it is given in double).
-  const fl::Problem p = make_problem(B, H, H_kv, Nq, Nk, d, causal, scale, "fp32");
-  const fl::Inputs in = make_inputs(p, q, k, v, dO);
+  const fl::Problem p = make_problem(B, H, H_kv, Nq, Nk, d, causal, scale, "fp32", var);
+  const fl::Inputs in = make_inputs(p, q, k, v, dO, slopes);
   fl::ref::Forward f;
   fl::ref::Backward g;
   {
@@ -97,7 +119,7 @@ py::tuple oracle(int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int
     f = fl::ref::forward(in);
     if (dO) g = fl::ref::backward(in, f);
   }
-  const std::vector<py::ssize_t> qs = {B, H, Nq, d}, kvs = {B, H_kv, Nk, d}, ls = {B, H, Nq};
+  const std::vector<py::ssize_t> qs = shape(p.q_shape()), kvs = shape(p.kv_shape()), ls = shape(p.lse_shape());
   if (!dO) return py::make_tuple(to_array(f.o, qs), to_array(f.lse, ls));
   return py::make_tuple(to_array(f.o, qs), to_array(f.lse, ls), to_array(g.dq, qs), to_array(g.dk, kvs),
                         to_array(g.dv, kvs));
@@ -140,9 +162,9 @@ py::dict check_dict(const std::string& name, const fl::Check& c, const fl::Toler
 py::list check(int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64_t d, bool causal,
                std::optional<double> scale, const std::string& dtype, const ArrF32& q, const ArrF32& k,
                const ArrF32& v, const std::optional<ArrF32>& dO, const std::map<std::string, ArrF64>& candidates,
-               uint64_t seed) {
-  const fl::Problem p = make_problem(B, H, H_kv, Nq, Nk, d, causal, scale, dtype);
-  fl::Inputs in = make_inputs(p, q, k, v, dO);
+               uint64_t seed, const Variants& var, const std::optional<ArrF32>& slopes) {
+  const fl::Problem p = make_problem(B, H, H_kv, Nq, Nk, d, causal, scale, dtype, var);
+  fl::Inputs in = make_inputs(p, q, k, v, dO, slopes);
   in.seed = seed;
   const bool backward = candidates.count("dq") || candidates.count("dk") || candidates.count("dv");
   if (backward && !dO) throw fl::Error("dq, dk and dv are judged against the backward of do: give do");
@@ -151,7 +173,7 @@ py::list check(int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64
     std::vector<int64_t> dims;
     fl::DType storage;
   };
-  const std::vector<int64_t> qs = {B, H, Nq, d}, kvs = {B, H_kv, Nk, d}, ls = {B, H, Nq};
+  const std::vector<int64_t> qs = p.q_shape(), kvs = p.kv_shape(), ls = p.lse_shape();
   const std::vector<Item> items = {{"o", qs, p.dtype}, {"lse", ls, fl::DType::f32}, {"dq", qs, p.dtype},
                                    {"dk", kvs, p.dtype}, {"dv", kvs, p.dtype}};
   std::vector<std::pair<std::string, std::vector<double>>> got;
@@ -304,12 +326,22 @@ PYBIND11_MODULE(_core, m) {
   m.attr("has_cuda") = false;
 #endif
   using namespace pybind11::literals;
+  // The variants travel as one object built from keywords (flashladder/__init__.py checks them first).
+  py::class_<Variants>(m, "Variants")
+      .def(py::init([](int64_t wl, int64_t wr, std::optional<double> softcap, std::string alibi,
+                       std::vector<int32_t> cu_q, std::vector<int32_t> cu_k, std::vector<int32_t> used) {
+             return Variants{wl, wr, softcap, std::move(alibi), std::move(cu_q), std::move(cu_k), std::move(used)};
+           }),
+           "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = py::none(), "alibi"_a = "none",
+           "cu_seqlens_q"_a = std::vector<int32_t>(), "cu_seqlens_k"_a = std::vector<int32_t>(),
+           "seqused_k"_a = std::vector<int32_t>());
   m.def("oracle", &oracle, "B"_a, "H"_a, "H_kv"_a, "Nq"_a, "Nk"_a, "d"_a, "causal"_a, "scale"_a, "q"_a.noconvert(),
-        "k"_a.noconvert(), "v"_a.noconvert(), "do"_a.noconvert().none(true));
+        "k"_a.noconvert(), "v"_a.noconvert(), "do"_a.noconvert().none(true), "variants"_a = Variants{},
+        "alibi_slopes"_a.noconvert() = py::none());
   m.def("first_inexact", &first_inexact, "a"_a.noconvert(), "dtype"_a);
   m.def("check", &check, "B"_a, "H"_a, "H_kv"_a, "Nq"_a, "Nk"_a, "d"_a, "causal"_a, "scale"_a, "dtype"_a,
         "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "do"_a.noconvert().none(true), "candidates"_a,
-        "seed"_a);
+        "seed"_a, "variants"_a = Variants{}, "alibi_slopes"_a.noconvert() = py::none());
   m.def("inputs", &inputs, "B"_a, "H"_a, "H_kv"_a, "Nq"_a, "Nk"_a, "d"_a, "dtype"_a, "seed"_a, "mean"_a, "q_scale"_a);
   m.def("steps", &steps);
   m.def("step_info", [](const std::string& name) { return describe(find(name)); }, "name"_a);
