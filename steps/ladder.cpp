@@ -28,6 +28,7 @@ FL_GPU_STEP(s08g)
 FL_GPU_STEP(s08h)
 FL_GPU_STEP(s08i)
 FL_GPU_STEP(s08j)
+FL_GPU_STEP(s08k)
 FL_GPU_STEP(s09)
 FL_GPU_STEP(s09b)
 FL_GPU_STEP(s09c)
@@ -101,6 +102,10 @@ const std::vector<Step>& ladder() {
       {"08j", "08j_variants",
        "the variants: a sliding window that skips the key blocks outside it, soft-capped logits c·tanh(τS/c), ALiBi biases",
        Where::gpu, false, kGpuTypes, TmaD::list(), FL_GPU(s08j::impl), "08i", Arch::sm90a, false,
+       kWindow | kSoftcap | kAlibi},
+      {"08k", "08k_persistent",
+       "persistent: one block per SM walks many tiles; the producer loads the next Q_i, K_j, V_j while this tile ends",
+       Where::gpu, false, kGpuTypes, TmaD::list(), FL_GPU(s08k::impl), "08j", Arch::sm90a, false,
        kWindow | kSoftcap | kAlibi},
       {"09", "09_backward",
        "FA2 Algorithm 2: D = rowsum(dO∘O); one block per K_j/V_j keeps dK_j, dV_j on chip; dQ by atomicAdd in fp32",
