@@ -272,3 +272,27 @@ def test_plain_reference_agrees_with_the_variants_reference():
     q, k, v, do = random_problem(rng, 2, 4, 2, 7, 5, 8)
     for name, a, b in zip(NAMES, attention_variants(q, k, v, True, do=do), attention(q, k, v, True, do=do)):
         assert_close(a, b, name, rtol=1e-13)
+
+
+def test_cpu_steps_run_the_variants():
+    # Steps 01 and 02 take every variant through flashladder.step, plain and packed; their outputs pass
+    # check() with the same keywords.
+    for case in (CASES[0], CASES[3], CASES[-1]):
+        q, k, v, do, kw = make_case(case)
+        for name in ("01", "02"):
+            o, lse = flashladder.step(name)(q, k, v, **kw)
+            assert lse.dtype == np.float32 and lse.shape == flashladder.oracle(q, k, v, **kw).lse.shape
+            flashladder.check(o, q, k, v, lse=lse, dtype="fp32", **kw).assert_ok()
+
+
+def test_gpu_steps_refuse_the_variants_they_do_not_run():
+    # Whether or not this module has the GPU steps, a step's refusal of a variant comes before its
+    # build: it names the variant and the steps that run it.
+    var = flashladder._core.Variants(window_left=4, window_right=0)
+    for s in flashladder.steps():
+        why = flashladder._core.refusal(s.folder, 2, 4, 4, 64, 64, 64, False, None, s.dtypes[0], False, variants=var)
+        if s.number in ("01", "02"):
+            assert why == "", why
+        elif "does not support sliding window" in why:
+            assert why.startswith(f"step {s.folder} does not support sliding window (window_left=4, window_right=0); "
+                                  "the steps that do: 01_cpu_standard, 02_cpu_online_softmax"), why
