@@ -37,3 +37,11 @@ fl_cli_exit(variant_sequence_too_long 2 "sequence 0 has 9 queries \\(cu_seqlens_
 fl_cli_exit(variant_seqused_too_many 2 "seqused_k\\[1\\] = 9 is more than the 8 keys sequence 1 holds \\(Nk\\)" check --steps 01 -N 8 --seqused-k 3,9)
 fl_cli_exit(variant_seqused_count 2 "seqused_k has 3 entries; it must have B = 2" check --steps 01 --seqused-k 1,2,3)
 fl_cli_exit(variant_generate_bad 2 "softcap = -1 is not allowed" oracle generate --out ${GV}/bad --softcap -1)
+
+# The C API's variant setters (CUDA builds: the C API exists only there), through ctypes.
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(TARGET flashladder_capi AND Python3_Interpreter_FOUND)
+  add_test(NAME capi.variants COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/capi_variants.py
+           $<TARGET_FILE:flashladder_capi>)
+  set_tests_properties(capi.variants PROPERTIES PASS_REGULAR_EXPRESSION "capi_variants: ok")
+endif()
