@@ -52,7 +52,7 @@ int run_check(const ProblemOptions& po, const std::string& steps, bool backward,
       ++tally.no_gpu;
       continue;
     }
-    const std::string why = s->refusal(p);
+    const std::string why = s->why_not(p);  // the line starts with the step's folder already
     if (!why.empty()) {
       std::cout << s->folder << ": not run: " << why << "\n";
       ++tally.refused;
@@ -128,8 +128,8 @@ int run_bench(const BenchOptions& o) {
     for (const Step* s : pick(o.headline_steps, true)) need_bwd = need_bwd || s->has_backward();
     Expected e = expected_for(in, need_bwd);
     for (const Step* s : pick(o.headline_steps, true)) {
-      if (!s->refusal(hp).empty()) {
-        std::cout << "  " << std::left << std::setw(22) << s->folder << " not run: " << s->refusal(hp) << "\n";
+      if (const std::string why = s->why_not(hp); !why.empty()) {
+        std::cout << "  " << std::left << std::setw(22) << s->folder << " not run: " << why << "\n";
         continue;
       }
       for (bool bwd : {false, true}) {
@@ -170,8 +170,8 @@ int run_bench(const BenchOptions& o) {
     Inputs in = make_inputs(dp, o.seed);
     Expected e = expected_for(in, false);
     for (const Step* s : pick(o.headline_steps, true)) {
-      if (!s->refusal(dp).empty()) {
-        std::cout << "  " << std::left << std::setw(22) << s->folder << " not run: " << s->refusal(dp) << "\n";
+      if (const std::string why = s->why_not(dp); !why.empty()) {
+        std::cout << "  " << std::left << std::setw(22) << s->folder << " not run: " << why << "\n";
         continue;
       }
       try {

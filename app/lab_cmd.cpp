@@ -20,7 +20,7 @@
 // still undefined, so the ladder's reference to fl::sNN::impl resolves to the student's definition and
 // the step's own object is never pulled in: the student's code runs under the step's name, through
 // the same runner (NaN poisoning, checked launches) and the same verify(), on the same shape matrix as
-// tests/test_ladder.cpp (tests/cases.hpp). Nothing of the core is recompiled.
+// tests/test_ladder.cpp (app/cases.hpp). Nothing of the core is recompiled.
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>

@@ -2,9 +2,9 @@
 //
 // An exercise folder links its one source (the student's attention.cpp/.cu, defining fl::sNN::impl)
 // before libflashladder_lab.a, which holds this file and the rest of the core; see app/lab_cmd.cpp.
-// This program runs that step's part of the suite: the ragged shape matrix of tests/cases.hpp (the
+// This program runs that step's part of the suite: the ragged shape matrix of app/cases.hpp (the
 // very cases, seeds and problems tests/test_ladder.cpp gives the step) and the numerics cases of
-// tests/numerics_cases.hpp (as tests/test_gpu_numerics.cpp runs them), each through run_step (outputs
+// app/numerics_cases.hpp (as tests/test_gpu_numerics.cpp runs them), each through run_step (outputs
 // poisoned with NaN, every launch checked) and verify (the tolerance rule against the fp64 oracle),
 // forward, and backward for a backward step. It prints, for every failing shape, the tensor, the
 // first bad (b, h, i, j), the fraction of the tolerance used and the NaN count, and then what the
@@ -25,8 +25,8 @@
 #include "app/runner.hpp"
 #include "reference/verify.hpp"
 #include "steps/ladder.hpp"
-#include "tests/cases.hpp"
-#include "tests/numerics_cases.hpp"
+#include "app/cases.hpp"
+#include "app/numerics_cases.hpp"
 
 namespace {
 

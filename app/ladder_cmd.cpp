@@ -28,8 +28,12 @@ void ProblemOptions::add_to(CLI::App& app) {
   app.add_option("--nk", Nk, "Key length Nk (default N)");
   app.add_option("-d,--head-dim", d, "Head dimension d")->capture_default_str();
   app.add_flag("--causal", causal, "Causal mask, aligned bottom-right (query i sees key j iff j <= i + Nk - Nq)");
+  std::string det_steps;  // the ladder's list, so the help cannot go stale
+  for (const Step& s : ladder())
+    if (s.deterministic_backward) det_steps += (det_steps.empty() ? "" : ", ") + s.number;
   app.add_flag("--deterministic", deterministic,
-               "Backward in a fixed order of dQ additions: bitwise-reproducible dQ, dK, dV (steps that have it: 09c)");
+               "Backward in a fixed order of dQ additions: bitwise-reproducible dQ, dK, dV (steps that have it: " +
+                   det_steps + ")");
   app.add_option("--scale", scale, "Softmax scale (default 1/sqrt(d))");
   // The variants (docs/variants.md).
   app.add_option("--window", window,
@@ -322,7 +326,7 @@ int run_ladder(const LadderOptions& o) {
           rows.push_back(r);
           continue;
         }
-        std::string why = s->refusal(p);
+        std::string why = s->why_not(p);  // the row names the step already
         if (!why.empty()) {
           r.status = "not run: " + why;
           ++tally.refused;

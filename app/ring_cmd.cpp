@@ -11,7 +11,7 @@
 // makes the seeded inputs (when checking) before forking, so the ranks inherit them, and gets the
 // outputs and timings back through shared memory (mmap, MAP_SHARED). It then checks O, L (and dQ, dK,
 // dV) against the fp64 oracle by the tolerance rule — the full oracle for small problems, sampled rows
-// (tests/sampled_reference.hpp) for long ones — and writes one JSON record per pass.
+// (reference/sampled.hpp) for long ones — and writes one JSON record per pass.
 //
 // A rank that fails prints its error, aborts its NCCL communicator and exits non-zero; the parent then
 // ends the other ranks (SIGTERM, then SIGKILL) so none waits forever on a peer that is gone, and names
@@ -44,7 +44,7 @@
 #include "reference/verify.hpp"
 #include "steps/11_ring_attention/plan.hpp"
 #include "steps/11_ring_attention/ring.hpp"
-#include "tests/sampled_reference.hpp"
+#include "reference/sampled.hpp"
 
 #ifndef FLASHLADDER_NCCL_WHY
 #define FLASHLADDER_NCCL_WHY "NCCL was not looked for"
@@ -438,8 +438,8 @@ int run_ring(const RingOptions& o) {
       finite("L", got.lse);  // Nq = Nk: every row sees a key, so no L is +inf
       if (o.backward) { finite("dQ", got.dq); finite("dK", got.dk); finite("dV", got.dv); }
       // ... and sampled rows are judged by the rule: the chunk edges of every head, and random rows.
-      auto rows = test::pick_rows(p, o.prob.seed, 256, edge_rows(plan, p.H));
-      std::vector<test::KeyId> keys;
+      auto rows = pick_rows(p, o.prob.seed, 256, edge_rows(plan, p.H));
+      std::vector<KeyId> keys;
       if (o.backward) {
         // K/V heads 0 and H_kv − 1, then 1, 2, …: as many as --check-kv-heads asks (each a full CPU pass)
         std::set<int64_t> heads = {0};
@@ -456,7 +456,7 @@ int run_ring(const RingOptions& o) {
       }
       std::cout << "sampled check: " << rows.size() << " query rows" << (o.backward ? ", " + std::to_string(keys.size()) + " key rows" : "")
                 << " (the oracle and the baseline at those rows only)\n" << std::flush;
-      v = test::verify_sampled(in, got, test::sampled_reference(in, rows, keys, o.backward), o.backward);
+      v = verify_sampled(in, got, sampled_reference(in, rows, keys, o.backward), o.backward);
     }
     for (const Check& c : v.checks) std::cout << "  " << c.summary() << "\n";
     pass = pass && v.pass;

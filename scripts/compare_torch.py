@@ -313,6 +313,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--ns", default="512,1024,2048,4096,8192,16384", help="sequence lengths of the FA2 sweep")
     ap.add_argument("--check-max-n", type=int, default=2048, help="check against fp64 math only up to this N")
+    ap.add_argument("--dims", default="64,128", help="head dims of the FA2 sweep (a subset for a quick look)")
+    ap.add_argument("--causal", default="no,yes", help="which masks of the FA2 sweep: no, yes or both")
     ap.add_argument("--sweeps", default="fa2", help="which sweeps, comma-separated: fa2 (the FA2 paper's), decode")
     ap.add_argument("--decode-steps", default="08g_smem_epilogue,10_split_kv",
                     help="our forward steps in the decode sweep (10_split_kv's ratios are printed)")
@@ -358,11 +360,13 @@ def main():
 
     sweeps = [x for x in args.sweeps.split(",") if x]
     points = []
-    for d in ((64, 128) if "fa2" in sweeps else ()):
-        for causal in (False, True):
+    dims = [int(x) for x in args.dims.split(",") if x]
+    masks = [{"no": False, "yes": True}[x] for x in args.causal.split(",") if x]
+    for d in (dims if "fa2" in sweeps else ()):
+        for causal in masks:
             for N in [int(x) for x in args.ns.split(",")]:
                 points.append((16384 // N, 2048 // d, N, d, causal, "fp16"))
-    if "fa2" in sweeps:
+    if "fa2" in sweeps and 128 in dims and False in masks:
         points.append((4, 16, 4096, 128, False, "bf16"))  # the headline in bf16 too
 
     fwd_steps = [x for x in args.fwd_step.split(",") if x]

@@ -179,28 +179,38 @@ class Cell:
     note: str = ""
 
 
+VARIANT = re.compile(r"--(?:window|softcap|alibi)[= ]\S+")
+
+
+def variant_of(r: Run) -> str:
+    """The variant options of a run's shape ("--softcap 20"), "" for the plain problem: a variant run is
+    its own row of the table, never merged with (or hiding) the plain run of the same step and d."""
+    return " ".join(VARIANT.findall(r.shape))
+
+
 def cells(runs: list[Run]) -> list[Cell]:
     out: list[Cell] = []
-    keys = sorted({(r.tool, r.d, s) for r in runs for s in r.steps}, key=lambda k: (k[0], k[2], k[1]))
-    for tool, d, step in keys:
-        mine = [r for r in runs if r.tool == tool and r.d == d and step in r.steps]
+    keys = sorted({(r.tool, r.d, s, variant_of(r)) for r in runs for s in r.steps}, key=lambda k: (k[0], k[2], k[3], k[1]))
+    for tool, d, base, variant in keys:
+        step = f"{base} `{variant}`" if variant else base
+        mine = [r for r in runs if r.tool == tool and r.d == d and base in r.steps and variant_of(r) == variant]
         ran = [r for r in mine if not r.skipped]
         if not ran:
             out.append(Cell(tool, step, d, "skipped", note=mine[0].skipped))
             continue
-        alone = [r for r in ran if r.steps == [step]]
+        alone = [r for r in ran if r.steps == [base]]
         r = alone[-1] if alone else ran[-1]  # one step alone says more than a shared run
         errors, warnings = r.counts()
-        c = Cell(tool, step, d, "", errors.get(step, 0), warnings.get(step, 0), r.verdicts.get(step, ""), r.rc,
+        c = Cell(tool, step, d, "", errors.get(base, 0), warnings.get(base, 0), r.verdicts.get(base, ""), r.rc,
                  bool(alone), r.seconds)
         if c.errors:
             c.status = "errors"
         elif c.verdict in ("FAIL", "ERROR"):
             c.status = "check-failed"
-            c.note = f"{c.verdict} {r.reasons.get(step, '')}".strip()
+            c.note = f"{c.verdict} {r.reasons.get(base, '')}".strip()
         elif c.verdict == "not run":
             c.status = "no-run"
-            c.note = "not run: " + r.reasons.get(step, "")
+            c.note = "not run: " + r.reasons.get(base, "")
         elif not c.verdict or r.rc is None or r.timed_out:
             c.status = "incomplete"
             c.note = "timed out" if r.timed_out else "no verdict in the log" if c.verdict == "" else "log cut"

@@ -27,9 +27,11 @@ FL_GPU_STEP(s08f)
 FL_GPU_STEP(s08g)
 FL_GPU_STEP(s08h)
 FL_GPU_STEP(s08i)
+FL_GPU_STEP(s08j)
 FL_GPU_STEP(s09)
 FL_GPU_STEP(s09b)
 FL_GPU_STEP(s09c)
+FL_GPU_STEP(s09d)
 FL_GPU_STEP(s10)
 #define FL_GPU(x) (&(x))
 
@@ -96,6 +98,10 @@ const std::vector<Step>& ladder() {
       {"08i", "08i_pingpong",
        "pingpong: the two consumers take turns on the tensor cores, and inside each P̃_i,j−1 V_j−1 runs under the softmax of S_ij",
        Where::gpu, false, kGpuTypes, TmaD::list(), FL_GPU(s08i::impl), "08h", Arch::sm90a},
+      {"08j", "08j_variants",
+       "the variants: a sliding window that skips the key blocks outside it, soft-capped logits c·tanh(τS/c), ALiBi biases",
+       Where::gpu, false, kGpuTypes, TmaD::list(), FL_GPU(s08j::impl), "08i", Arch::sm90a, false,
+       kWindow | kSoftcap | kAlibi},
       {"09", "09_backward",
        "FA2 Algorithm 2: D = rowsum(dO∘O); one block per K_j/V_j keeps dK_j, dV_j on chip; dQ by atomicAdd in fp32",
        Where::gpu, true, kGpuTypes, BwdD::list(), FL_GPU(s09::impl), "08d"},
@@ -106,6 +112,10 @@ const std::vector<Step>& ladder() {
        "the backward with a TMA producer and warp-specialised consumers; dQ added by one bulk reduction per block; a deterministic order",
        Where::gpu, true, kGpuTypes, WgmmaBwdD::list(), FL_GPU(s09c::impl), "09b", Arch::sm90a,
        /*deterministic_backward=*/true},
+      {"09d", "09d_variants",
+       "the backward through 08j's variants: the window's Q blocks only, ALiBi unchanged, dS_ij ∘ (1 − tanh²) for the softcap",
+       Where::gpu, true, kGpuTypes, WgmmaBwdD::list(), FL_GPU(s09d::impl), "09c", Arch::sm90a,
+       /*deterministic_backward=*/true, kWindow | kSoftcap | kAlibi},
       {"10", "10_split_kv",
        "split-KV decoding: the keys split across thread blocks too, partials merged by the logsumexp rule; GQA heads packed into one tile",
        Where::gpu, false, kGpuTypes, DecodeD::list(), FL_GPU(s10::impl), "08d"},
@@ -198,33 +208,36 @@ std::string variant_text(unsigned bit, const Problem& p) {
 }
 }  // namespace
 
-std::string Step::refusal(const Problem& p) const {
+std::string Step::why_not(const Problem& p) const {
   std::string why = p.invalid_reason();
   if (!why.empty()) return "invalid problem: " + why;
   if (!supports_dtype(p.dtype))
-    return "step " + folder + " does not support storage type " + dtype_name(p.dtype) +
-           "; it supports " + dtypes_text();
+    return std::string("does not support storage type ") + dtype_name(p.dtype) + "; it supports " + dtypes_text();
   if (!supports_d(p.d))
-    return "step " + folder + " does not support head dim d = " + std::to_string(p.d) +
-           "; it supports d in {" + head_dims_text() + "}";
+    return "does not support head dim d = " + std::to_string(p.d) + "; it supports d in {" + head_dims_text() + "}";
   const unsigned missing = variants_of(p) & ~variants;
   for (unsigned bit : {kWindow, kSoftcap, kAlibi, kVarlen, kSeqused}) {
     if (!(missing & bit)) continue;
     std::string who;
     for (const Step& s : ladder())
       if (s.variants & bit) who += (who.empty() ? "" : ", ") + s.folder;
-    return "step " + folder + " does not support " + variant_text(bit, p) + "; " +
+    return "does not support " + variant_text(bit, p) + "; " +
            (who.empty() ? std::string("no step of the ladder supports it yet") : "the steps that do: " + who);
   }
   if (!impl) {
 #ifdef FLASHLADDER_HAVE_CUDA
-    return "step " + folder + " is not in this build: its source steps/" + folder + "/attention.cu was not compiled";
+    return "is not in this build: its source steps/" + folder + "/attention.cu was not compiled";
 #else
-    return "step " + folder + " is not in this build: it needs CUDA (nvcc was not found when the build was configured)";
+    return "is not in this build: it needs CUDA (nvcc was not found when the build was configured)";
 #endif
   }
   why = arch_refusal(arch);
   if (why.empty() && impl->limits) why = impl->limits(p);
+  return why;
+}
+
+std::string Step::refusal(const Problem& p) const {
+  const std::string why = why_not(p);
   return why.empty() ? "" : named(why);
 }
 

@@ -141,9 +141,13 @@ struct Step {
   bool has_backward() const { return backward && impl && impl->backward; }
   bool supports_dtype(DType t) const;
   bool supports_d(int64_t d) const;
-  /// "" when the step can run p; otherwise "step <folder>: " and a message that names the limit.
-  /// Checks the problem, the storage type, the head dim, the variants, the build, the GPU's
-  /// capability (Arch) and the step's own limits, in that order, before any launch.
+  /// "" when the step can run p; otherwise why not, a message that names the limit and NOT the step
+  /// (for a line that already starts with the step's folder: "08e_wgmma: not run: <why_not>").
+  /// Checks the problem, the storage type, the head dim, the variants, the build, the GPU's capability (Arch) and
+  /// the step's own limits, in that order, before any launch.
+  std::string why_not(const Problem& p) const;
+  /// "" when the step can run p; otherwise named(why_not(p)): "step <folder>: " and the limit, for an
+  /// error that stands alone. Print one or the other, never the folder and refusal() together.
   std::string refusal(const Problem& p) const;
   /// The step named by `base`; null for the first step.
   const Step* base_step() const;

@@ -22,6 +22,12 @@ fl_cli_exit(oracle_check_wrong_problem 1 "o    FAIL.*lse  FAIL" oracle check --g
 fl_cli_exit(oracle_check_missing 2 "run01/dq.npy: missing" oracle check --golden ${G}/golden --candidate ${G}/run01 --backward)
 fl_cli_exit(oracle_check_no_golden 2 "manifest.json: cannot be opened" oracle check --golden ${G}/nowhere --candidate ${G}/run01)
 fl_cli_exit(run_no_backward 2 "has no backward pass" run --step 02 --in ${G}/golden --out ${G}/run02 --backward)
+# A refusal names the step once, in any build (d = 16 is refused before the build or a GPU is asked):
+# never a line that names the step twice ("step 08e_wgmma: step 08e_wgmma: …").
+add_test(NAME cli.run_refusal_named_once COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:flashladder>
+         "-DARGS=run;--step;08e;--in;${G}/golden;--out;${G}/run08e" -DRC=2
+         "-DEXPECT=flashladder: error: step 08e_wgmma: does not support head dim d = 16"
+         "-DREJECT=08e_wgmma[^\n]*08e_wgmma" -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake)
 fl_cli_exit(oracle_generate_bad 2 "d = 0 is not allowed" oracle generate --out ${G}/bad -d 0)
 fl_cli_fails(oracle_needs_sub "A subcommand is required|requires|subcommand" oracle)
 # A candidate from another problem (same shapes, other seed): every output fails on values.
@@ -31,7 +37,7 @@ set_tests_properties(cli.oracle_generate PROPERTIES FIXTURES_SETUP fl_golden)
 set_tests_properties(cli.oracle_generate_other PROPERTIES FIXTURES_SETUP fl_golden_other)
 set_tests_properties(cli.run_step01 PROPERTIES FIXTURES_REQUIRED fl_golden FIXTURES_SETUP fl_run01)
 set_tests_properties(cli.oracle_check_step01 cli.oracle_check_missing PROPERTIES FIXTURES_REQUIRED "fl_golden;fl_run01")
-set_tests_properties(cli.oracle_check_golden_itself cli.run_no_backward PROPERTIES FIXTURES_REQUIRED fl_golden)
+set_tests_properties(cli.oracle_check_golden_itself cli.run_no_backward cli.run_refusal_named_once PROPERTIES FIXTURES_REQUIRED fl_golden)
 set_tests_properties(cli.oracle_check_wrong_problem PROPERTIES FIXTURES_REQUIRED "fl_golden;fl_golden_other")
 
 # --- The installed package: install to a temporary prefix, build tests/consumer against it -------

@@ -11,7 +11,7 @@ target_sources(flashladder_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/test_ring_p
 # (app/ladder_cmd.cpp holds the problem options; the cuBLAS baselines it names are the no-GPU stubs here.)
 add_executable(flashladder_ring_launcher ring_launcher_main.cpp ring_fake_rank.cpp ${PROJECT_SOURCE_DIR}/app/ring_cmd.cpp
                ${PROJECT_SOURCE_DIR}/app/ladder_cmd.cpp ${PROJECT_SOURCE_DIR}/app/lab_cmd.cpp
-               ${PROJECT_SOURCE_DIR}/app/baselines_nogpu.cpp sampled_reference.cpp)
+               ${PROJECT_SOURCE_DIR}/app/baselines_nogpu.cpp)
 target_link_libraries(flashladder_ring_launcher PRIVATE flashladder_core CLI11::CLI11)
 target_compile_definitions(flashladder_ring_launcher PRIVATE FLASHLADDER_HAVE_NCCL  # the launcher's path; no NCCL is called
   # app/ladder_cmd.cpp's `diff` looks for installed step sources (the program's own definitions)

@@ -2,7 +2,7 @@
 // speculative decoding) against a long KV cache (Nk up to 131072), GQA/MQA groups H/H_kv ∈ {1, 4, 8,
 // 32}, causal (bottom-right: the last query row sees every key) and not, fp16 and bf16, d 64 and 128.
 // Every GPU step runs them (they are ordinary problems), judged by the tolerance rule against the full
-// oracle up to Nk = 8192 and on sampled rows beyond (tests/sampled_reference.hpp); outputs are
+// oracle up to Nk = 8192 and on sampled rows beyond (reference/sampled.hpp); outputs are
 // poisoned before the launch, so any element left unwritten is NaN and fails.
 //
 // Step 10 (split-KV) runs each case again with the number of splits forced through FLASHLADDER_SPLITS
@@ -18,10 +18,10 @@
 #include <string>
 #include <tuple>
 
-#include "cases.hpp"  // PrintTo(const Step*)
+#include "app/cases.hpp"  // PrintTo(const Step*)
 #include "gpu_gate.hpp"
 #include "reference/verify.hpp"
-#include "sampled_reference.hpp"
+#include "reference/sampled.hpp"
 
 namespace fl::test {
 namespace {

@@ -2,7 +2,7 @@
 // a 32-bit element offset that wraps past 2^31, a grid dimension capped at 65535 blocks, a sequence
 // too long for a per-head loop, an fp32 accumulator that drifts over 131072 keys. The full fp64
 // oracle cannot follow there (S at 131072² is 128 GiB of doubles per head), so every output is judged
-// by the tolerance rule on sampled rows (tests/sampled_reference.hpp: the oracle and the baseline
+// by the tolerance rule on sampled rows (reference/sampled.hpp: the oracle and the baseline
 // computed exactly, for those rows only), and checked for finiteness everywhere: outputs are poisoned
 // with NaN before the launch, so a tile the kernel never wrote shows up wherever it is.
 //
@@ -26,9 +26,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cases.hpp"  // PrintTo(const Step*): test names show the step, not an address
+#include "app/cases.hpp"  // PrintTo(const Step*): test names show the step, not an address
 #include "gpu_gate.hpp"
-#include "sampled_reference.hpp"
+#include "reference/sampled.hpp"
 
 namespace fl::test {
 namespace {

@@ -21,13 +21,13 @@
 #include <random>
 
 #include "gpu_gate.hpp"
-#include "numerics_cases.hpp"
+#include "app/numerics_cases.hpp"
 #include "reference/verify.hpp"
 
 namespace fl::test {
 namespace {
 
-// The cases and their builders: tests/numerics_cases.hpp (shared with the lab kit).
+// The cases and their builders: app/numerics_cases.hpp (shared with the lab kit).
 
 double max_abs(const std::vector<double>& x) {
   double m = 0;

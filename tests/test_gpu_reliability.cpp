@@ -11,7 +11,7 @@
 #include <cstring>
 #include <iostream>
 
-#include "cases.hpp"  // PrintTo(const Step*): test names show the step, not an address
+#include "app/cases.hpp"  // PrintTo(const Step*): test names show the step, not an address
 #include "gpu_gate.hpp"
 #include "reference/verify.hpp"
 

@@ -5,7 +5,7 @@
 #include <list>
 #include <tuple>
 
-#include "cases.hpp"
+#include "app/cases.hpp"
 #include "gpu_gate.hpp"
 #include "reference/verify.hpp"
 

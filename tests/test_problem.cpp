@@ -96,5 +96,40 @@ TEST(Ladder, UnsupportedTypeAndHeadDimAreRefusedByName) {
     }
 }
 
+// The step's name goes on a refusal once: refusal() names it, why_not() does not (for lines that
+// start with the folder: "08e_wgmma: not run: …"). A line that printed both said "step X: step X: …".
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
+TEST(Ladder, RefusalNamesTheStepOnceAndWhyNotNever) {
+  for (const Step& s : ladder()) {
+    std::vector<Problem> refused;
+    Problem t = ok();
+    t.dtype = s.gpu() ? DType::f32 : DType::f16;  // no GPU step stores fp32; the CPU steps only fp32
+    refused.push_back(t);
+    if (!s.head_dims.empty()) {
+      Problem d = ok();
+      d.dtype = s.dtypes.front();
+      d.d = 7;
+      refused.push_back(d);
+    }
+    Problem bad = ok();
+    bad.Nq = 0;
+    refused.push_back(bad);
+    const std::string name = "step " + s.folder;
+    for (const Problem& p : refused) {
+      const std::string named = s.refusal(p), why = s.why_not(p);
+      ASSERT_FALSE(why.empty()) << s.folder << " accepts " << p.describe();
+      EXPECT_EQ(named, s.named(why));
+      EXPECT_EQ(named.rfind(name + ": ", 0), 0u) << named;
+      EXPECT_EQ(count_of(named, name), 1u) << named;
+      EXPECT_EQ(count_of(why, name), 0u) << why;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fl

@@ -9,7 +9,7 @@
 #include <limits>
 #include <random>
 
-#include "sampled_reference.hpp"
+#include "reference/sampled.hpp"
 #include "steps/ladder.hpp"
 #include "app/runner.hpp"
 

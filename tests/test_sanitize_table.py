@@ -28,6 +28,27 @@ class SanitizeTable(unittest.TestCase):
     def cell(self, tool, step, d):
         return self.cells[(tool, step, d)]
 
+    def test_a_variant_run_is_its_own_row(self):
+        # The plain run of 08j at d = 128 is clean; the --softcap run of the same step and d is not. The
+        # table must show both: a variant's errors never hide behind (or hide) the plain run's row.
+        log = [
+            "### sanitize tool=memcheck d=128 steps=08j_variants shape=-B 1 --nq 200\n",
+            "08j_variants: pass (forward)\n",
+            "========= ERROR SUMMARY: 0 errors\n",
+            "### end tool=memcheck d=128 rc=0 seconds=3\n",
+            "### sanitize tool=memcheck d=128 steps=08j_variants shape=-B 1 --nq 200 --softcap 20\n",
+            "========= Invalid __global__ read of size 4 bytes\n",
+            "=========     at fl::s08j::attention_kernel+0x10\n",
+            "=========\n",
+            "08j_variants: pass (forward)\n",
+            "========= ERROR SUMMARY: 1 error\n",
+            "### end tool=memcheck d=128 rc=99 seconds=3\n",
+        ]
+        cs = {(c.tool, c.step, c.d): c for c in st.cells(st.parse(log))}
+        self.assertEqual(cs[("memcheck", "08j_variants", 128)].status, "clean")
+        v = cs[("memcheck", "08j_variants `--softcap 20`", 128)]
+        self.assertEqual((v.status, v.errors), ("errors", 1))
+
     def test_every_run_is_read(self):
         self.assertEqual(len(self.runs), 11)
         self.assertEqual([r.tool for r in self.runs if r.skipped], ["synccheck"])

@@ -52,7 +52,7 @@ def test_cpp_errors_become_flashladder_error():
     assert issubclass(flashladder.Error, RuntimeError)
     with pytest.raises(flashladder.Error, match=r"unknown step 'nope'"):
         flashladder.step("nope")
-    with pytest.raises(flashladder.Error, match=r"step 01_cpu_standard does not support storage type fp16; it supports fp32"):
+    with pytest.raises(flashladder.Error, match=r"step 01_cpu_standard: does not support storage type fp16; it supports fp32"):
         flashladder.step("01")(Q.astype(np.float16), K.astype(np.float16), V.astype(np.float16))
 
 

@@ -103,7 +103,7 @@ def test_gpu_backward(cuda_torch, name):
 def test_gpu_refusals_carry_the_step_message(cuda_torch):
     torch = cuda_torch
     q, k, v, _ = _cuda_inputs(torch, 1, 2, 2, 16, 16, 64, torch.float32)
-    with pytest.raises(flashladder.Error, match=r"step 08g_smem_epilogue does not support storage type fp32"):
+    with pytest.raises(flashladder.Error, match=r"step 08g_smem_epilogue: does not support storage type fp32"):
         flashladder.step("08g")(q, k, v)
     q, k, v, _ = _cuda_inputs(torch, 1, 2, 2, 16, 16, 40, torch.float16)
     with pytest.raises(flashladder.Error, match=r"does not support head dim d = 40"):

@@ -33,30 +33,41 @@ namespace fl::s08i {
 // The tiles per head dim (see the header): one producer warpgroup and kConsumers consumer warpgroups
 // of 64 rows each (the m of wgmma m64nNk16), B_r = 64·kConsumers rows of Q_i; B_c rows of K_j, V_j per
 // stage; shared-memory panels P = 64 columns wide (128-byte rows: the TMA's and wgmma's 128-byte swizzle).
-template <int d>
+template <int d, int B_c_>
 struct Tiles {
   // d = 64: three consumers (B_r = 192, 160 registers each). Two left the tensor cores idle while both
   // did their softmax, which at d = 64 costs as much as the products: 430 against 371 TFLOP/s at
   // N = 2048, 504 against 412 at N = 8192 (H200, fp16, non-causal; run of 2026-11-23, see README).
   static constexpr int kConsumers = d == 64 ? 3 : 2;
   static constexpr int B_r = 64 * kConsumers;
-  static constexpr int B_c = d <= 128 ? 128 : 64;  // d = 256: O_i (128 regs) + S_ij must fit in 240
-  // Three stages where shared memory allows (d = 256: 2 × 64 KiB of K/V per stage pair + Q_i = 192 KiB).
-  // The pipelined loop holds two blocks at once (V_j−1 in the product, K_j in S_ij), so with two stages
-  // the load of K_j+1 could start only mid-iteration: 502 TFLOP/s against 08h's 587 at the headline.
-  static constexpr int kStages = d <= 128 ? 3 : 2;
+  static constexpr int B_c = B_c_;  // kBc<d>(causal): 128, 176 or 64 (see there)
+  // As many stages as the 227 KiB of shared memory hold beside Q_i, at most three: 3 at d ≤ 128 with
+  // B_c = 128, 2 with B_c = 176 (88 KiB a stage) and at d = 256. The pipelined loop holds two blocks at
+  // once (V_j−1 in the product, K_j in S_ij): with two stages released together the load of K_j+1
+  // could start only mid-iteration (502 TFLOP/s against 08h's 587 at the headline), hence a K and a V
+  // barrier per stage, each released as soon as its product is done.
+  static constexpr int kStageBytes = 2 * B_c * d * 2, kQBytes = B_r * d * 2;
+  static constexpr int kStages = (227 * 1024 - kQBytes - 2048) / kStageBytes < 3
+                                     ? (227 * 1024 - kQBytes - 2048) / kStageBytes : 3;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // 128·24 + 256·240 = 64 512 (two consumers), 128·24 + 384·160 = 64 512 (three) of 65 536.
   static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
   static constexpr int P = 64;
 };
 
+// B_c for head dim d: 128 keys at d ≤ 128 (O_i 64 + S_ij 64 + P̃ 32 registers of 240 at d = 128),
+// 64 at d = 256 (O_i alone takes 128); at d = 128 without a causal mask 176, the widest S_ij (88
+// registers) that fits beside O_i and P̃ (44) in 240 and leaves two stages of shared memory: FA3's
+// choice, measured in the README (causal keeps 128: its diagonal block would mask more of 176).
+template <int d>
+constexpr int kBc(bool causal) { return d == 256 ? 64 : d == 128 && !causal ? 176 : 128; }
+
 // Offset of element (row, col) of a [ROWS][d] tile in shared memory, stored as d/P panels [ROWS][P]
 // one after the other, the 16-byte chunk c of a panel row stored at chunk c ^ (row % 8): the layout the
 // TMA writes with CU_TENSOR_MAP_SWIZZLE_128B into 1024-byte aligned panels, and wgmma reads (as 08g).
 template <int d, int ROWS>
 __device__ __forceinline__ int at(int row, int col) {
-  constexpr int P = Tiles<d>::P;
+  constexpr int P = 64;
   return col / P * ROWS * P + row * P + ((col % P / 8) ^ row % 8) * 8 + col % 8;
 }
 
@@ -66,13 +77,13 @@ __device__ __forceinline__ int at(int row, int col) {
 // columns 2t and 2t + 1 (the wgmma accumulator layout, steps/device/wgmma.cuh). Row and key indices
 // are 32-bit (limits() keeps Nq, Nk below 2^30); offsets into the tensors are 64-bit. Q, K, V are read
 // only through their tensor maps ([B·H][Nq][d] and [B·H_kv][Nk][d] as 3-D tensors).
-template <class T, int d>
-__global__ void __launch_bounds__(Tiles<d>::kThreads, 1)
+template <class T, int d, int B_c_>
+__global__ void __launch_bounds__(Tiles<d, B_c_>::kThreads, 1)
 attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant__ CUtensorMap tm_K,
                  const __grid_constant__ CUtensorMap tm_V, T* __restrict__ O, float* __restrict__ L, int64_t H,
                  int64_t H_kv, int Nq, int Nk, int64_t T_r, float scale, bool causal) {
-  constexpr int B_r = Tiles<d>::B_r, B_c = Tiles<d>::B_c, P = Tiles<d>::P, kStages = Tiles<d>::kStages;
-  constexpr int kConsumers = Tiles<d>::kConsumers;
+  using Tl = Tiles<d, B_c_>;
+  constexpr int B_r = Tl::B_r, B_c = Tl::B_c, P = Tl::P, kStages = Tl::kStages, kConsumers = Tl::kConsumers;
   const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // The 128-byte swizzle is applied to address bits, so every panel starts on a 1024-byte boundary.
@@ -83,7 +94,8 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   uint64_t* full_Q = reinterpret_cast<uint64_t*>(V_buf + kStages * B_c * d);  // Q_i has landed
   uint64_t* full_K = full_Q + 1;        // [kStages]: K_j has landed in stage s
   uint64_t* full_V = full_K + kStages;  // [kStages]: V_j has landed in stage s
-  uint64_t* empty = full_V + kStages;   // [kStages]: every consumer warp is done reading stage s
+  uint64_t* empty_K = full_V + kStages;    // [kStages]: every consumer warp is done reading K_j of stage s
+  uint64_t* empty_V = empty_K + kStages;   // [kStages]: … and V_j
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma, setmaxnreg exist only in sm_90a code; limits() refuses other GPUs before any launch
 #else
@@ -107,7 +119,8 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
     for (int s = 0; s < kStages; ++s) {
       tma::init(&full_K[s], 1);               // the producer's one arrive_expect_tx (+ the bytes)
       tma::init(&full_V[s], 1);
-      tma::init(&empty[s], 4 * kConsumers);   // one arrival per consumer warp
+      tma::init(&empty_K[s], 4 * kConsumers);  // one arrival per consumer warp
+      tma::init(&empty_V[s], 4 * kConsumers);
     }
     tma::fence_init();
   }
@@ -115,7 +128,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
 
   if (threadIdx.x < 128) {
     // ---- Producer (lines 4 and 7 of FA2 Algorithm 1: the loads of Q_i and of K_j, V_j) ------------
-    tma::regs_dec<Tiles<d>::kProducerRegs>();
+    tma::regs_dec<Tl::kProducerRegs>();
     if (threadIdx.x == 0) {
       tma::arrive_expect_tx(full_Q, B_r * d * sizeof(T));
 #pragma unroll
@@ -123,11 +136,12 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
       const int kv = int(b * H_kv + h_kv);  // the (batch, K/V head) slice of K and V
       for (int j = 0; j < T_c; ++j) {
         const int s = j % kStages;
-        tma::wait(&empty[s], (j / kStages & 1) ^ 1);  // stage s was released by every consumer warp
+        tma::wait(&empty_K[s], (j / kStages & 1) ^ 1);  // K of stage s was released by every consumer warp
         tma::arrive_expect_tx(&full_K[s], B_c * d * sizeof(T));
 #pragma unroll
         for (int p = 0; p < d / P; ++p)
           tma::load_3d(K_buf + s * B_c * d + p * B_c * P, &tm_K, p * P, j * B_c, kv, &full_K[s]);
+        tma::wait(&empty_V[s], (j / kStages & 1) ^ 1);
         tma::arrive_expect_tx(&full_V[s], B_c * d * sizeof(T));  // V_j on its own barrier: S_ij needs only K_j
 #pragma unroll
         for (int p = 0; p < d / P; ++p)
@@ -138,7 +152,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   }
 
   // ---- Consumers -------------------------------------------------------------------------------
-  tma::regs_inc<Tiles<d>::kConsumerRegs>();
+  tma::regs_inc<Tl::kConsumerRegs>();
   const int c = threadIdx.x / 128 - 1;  // this consumer's rows of Q_i: 64c … 64c + 63
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;  // fragment row group and column pair (see above)
@@ -237,9 +251,9 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
       a[k][3] = mma::pack2<T>(S[2 * k + 1][2], S[2 * k + 1][3]);
     }
   };
-  auto release = [&](int s) {  // every product reading stage s is complete: the producer may refill it
+  auto release = [&](uint64_t* empty) {  // every product reading that buffer is complete: refill it
     __syncwarp();
-    if (lane == 0) tma::arrive(&empty[s]);
+    if (lane == 0) tma::arrive(empty);
   };
 
   // ---- Main loop (lines 6–11), pipelined inside the warpgroup (FA3 §3.2, Algorithm 2): while the
@@ -256,6 +270,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
     next_turn();
     wgmma::wait<0>();
     wgmma::pin(reinterpret_cast<float(&)[B_c / 2]>(S_ij));
+    release(&empty_K[0]);
     softmax(S_ij, 0, alpha);  // O_i = 0: nothing to rescale
     pack(S_ij, a);
   }
@@ -269,10 +284,11 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
     next_turn();
     wgmma::wait<1>();  // S_ij is complete; the product into O_i may still run
     wgmma::pin(reinterpret_cast<float(&)[B_c / 2]>(S_ij));
+    release(&empty_K[s]);           // K_j is read: the producer may load K_j+kStages now
     softmax(S_ij, j * B_c, alpha);  // overlaps the product into O_i
     wgmma::wait<0>();  // O_i += P̃_i,j−1 V_j−1 is complete: stage j − 1 is no longer read
     wgmma::pin(reinterpret_cast<float(&)[d / 2]>(O_i));
-    release(s_prev);
+    release(&empty_V[s_prev]);
 #pragma unroll
     for (int r = 0; r < 2; ++r)  // line 10, first half, now that O_i is ours again
 #pragma unroll
@@ -290,7 +306,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
     next_turn();
     wgmma::wait<0>();
     wgmma::pin(reinterpret_cast<float(&)[d / 2]>(O_i));
-    release(s_last);
+    release(&empty_V[s_last]);
   }
   if (c == 0) my_turn();  // the last consumer's final hand-over: every named barrier ends complete
 
@@ -328,7 +344,7 @@ std::string limits(const Problem& p) {
   if (p.Nq >= (int64_t(1) << 30) || p.Nk >= (int64_t(1) << 30))
     return "keeps row and key indices in 32 bits: Nq = " + std::to_string(p.Nq) +
            " and Nk = " + std::to_string(p.Nk) + " must both be below 2^30";
-  const int64_t B_r = p.d == 64 ? Tiles<64>::B_r : 128;  // Tiles<d>::B_r
+  const int64_t B_r = p.d == 64 ? Tiles<64, 128>::B_r : 128;  // Tiles<d, ·>::B_r
   const int64_t blocks = ceil_div<int64_t>(p.Nq, B_r) * p.B * p.H;
   if (blocks > INT_MAX)
     return "launches one thread block per (Q block of " + std::to_string(B_r) +
@@ -339,18 +355,19 @@ std::string limits(const Problem& p) {
   return "";
 }
 
-template <class T, int d>
+template <class T, int d, int B_c>
 void launch(const Problem& p, const ForwardArgs& a) {
-  constexpr int B_r = Tiles<d>::B_r, B_c = Tiles<d>::B_c, kStages = Tiles<d>::kStages, kThreads = Tiles<d>::kThreads;
+  using Tl = Tiles<d, B_c>;
+  constexpr int B_r = Tl::B_r, kStages = Tl::kStages, kThreads = Tl::kThreads;
   const int64_t T_r = ceil_div<int64_t>(p.Nq, B_r);
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   // The tensor maps: Q as [B·H][Nq][d] in boxes of [B_r][64], K and V as [B·H_kv][Nk][d] in boxes of [B_c][64].
   const CUtensorMap tm_Q = tma::make_tensor_map(a.q, bf16, p.B * p.H, p.Nq, d, B_r, "Q");
   const CUtensorMap tm_K = tma::make_tensor_map(a.k, bf16, p.B * p.H_kv, p.Nk, d, B_c, "K");
   const CUtensorMap tm_V = tma::make_tensor_map(a.v, bf16, p.B * p.H_kv, p.Nk, d, B_c, "V");
-  // Q_i, the K and V rings, 1 + 3·kStages barriers of 8 bytes; 1024 for the panels' alignment.
-  const size_t smem = size_t(B_r + 2 * kStages * B_c) * d * sizeof(T) + 8 * (1 + 3 * kStages) + 1024;
-  auto kernel = attention_kernel<T, d>;
+  // Q_i, the K and V rings, 1 + 4·kStages barriers of 8 bytes; 1024 for the panels' alignment.
+  const size_t smem = size_t(B_r + 2 * kStages * B_c) * d * sizeof(T) + 8 * (1 + 4 * kStages) + 1024;
+  auto kernel = attention_kernel<T, d, B_c>;
   allow_smem(kernel, smem);
   kernel<<<dim3(unsigned(T_r * p.B * p.H)), dim3(kThreads), smem, static_cast<cudaStream_t>(a.stream)>>>(
       tm_Q, tm_K, tm_V, static_cast<T*>(a.o), a.lse, p.H, p.H_kv, int(p.Nq), int(p.Nk), T_r,
@@ -359,7 +376,13 @@ void launch(const Problem& p, const ForwardArgs& a) {
 }
 
 void forward(const Problem& p, const ForwardArgs& a) {
-  dispatch<TmaD>(p, [&](auto T_, auto d_) { launch<decltype(T_), decltype(d_)::value>(p, a); });
+  dispatch<TmaD>(p, [&](auto T_, auto d_) {
+    constexpr int d = decltype(d_)::value;
+    if (kBc<d>(p.causal) == kBc<d>(false))
+      launch<decltype(T_), d, kBc<d>(false)>(p, a);
+    else
+      launch<decltype(T_), d, kBc<d>(true)>(p, a);
+  });
 }
 
 extern const StepImpl impl = {workspace_bytes, forward, limits, nullptr, nullptr};

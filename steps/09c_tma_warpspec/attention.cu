@@ -6,8 +6,8 @@
 // memory with 32 float2 atomics per thread (4096 per iteration at d = 128). FlashAttention-3's backward
 // (Shah et al. 2024, §3 and its appendix B "backward pass") does it as the forward rungs 08h and 08i do:
 //   - a producer warpgroup, one thread of which loads Q_i and dO_i by TMA (tensor maps, 128-byte
-//     swizzle, rows past Nq zero-filled) and L_i·log2 e and D_i by 1-D bulk copies, into a ring of
-//     kStages stages guarded by mbarriers; K_j, V_j once, at the start;
+//     swizzle, rows past Nq zero-filled) into a ring of kStages stages guarded by mbarriers, while its
+//     warp moves L_i·log2 e and D_i into the same stage with ordinary loads; K_j, V_j once, at the start;
 //   - two consumer warpgroups that only compute 09b's five products and hold dK_j, dV_j in registers
 //     (setmaxnreg: 24 for the producer, 240 for each consumer);
 //   - dQ_i: each consumer writes its fp32 part of dQ_i to shared memory, and one thread hands the whole
@@ -23,7 +23,7 @@
 // The mathematics is 09b's line for line (FA2 Algorithm 2; the dP accumulator started at −D_i/2).
 // The kernels before and after the main one: 1 computes D_i = rowsum(dO_i ∘ O_i) and writes L_i·log2 e
 // and D_i padded to whole Q blocks (rows past Nq: L = +∞, so P = 0; D = 0), so that a Q block's L and
-// D are 16-byte aligned runs a 1-D bulk copy can move; it also zeroes the accumulator and the counters.
+// D are whole runs of B_r floats read with no test; it also zeroes the accumulator and the counters.
 // 3 converts the accumulator to dQ. The forward is step 08i's, reused (the backward reads its O and L).
 #include <algorithm>
 #include <climits>
@@ -204,12 +204,22 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
   if (threadIdx.x < 128) {
     // ---- Producer: K_j, V_j once; then Q_i, L_i and dO_i, D_i of every iteration, kStages ahead.
     tma::regs_dec<C::kProducerRegs>();
-    if (threadIdx.x == 0) {
-      tma::arrive_expect_tx(full_KV, 2 * B_c * d * sizeof(T));
+    // L_i·log2 e and D_i (B_r floats each) are moved by the warp's 32 lanes with ordinary loads and
+    // stores, read into registers before the stage is free, so the global loads' latency is hidden.
+    // They were 1-D bulk copies (cp.async.bulk) at first: correct, ordered by the same mbarriers, but
+    // compute-sanitizer's racecheck reported each reuse of a stage as a hazard between the copy engine's
+    // write and the consumers' earlier ordinary reads (2 at d = 128, runs 21 and 22); with ordinary
+    // stores released by the arrival below, the ordering is one the tool follows.
+    constexpr int kPerLane = B_r / 32;
+    if (threadIdx.x < 32) {
+      const int lane = threadIdx.x;
+      if (lane == 0) {
+        tma::arrive_expect_tx(full_KV, 2 * B_c * d * sizeof(T));
 #pragma unroll
-      for (int p = 0; p < d / P; ++p) {
-        tma::load_3d(K_s + p * B_c * P, &tm_K, p * P, j0, bk, full_KV);
-        tma::load_3d(V_s + p * B_c * P, &tm_V, p * P, j0, bk, full_KV);
+        for (int p = 0; p < d / P; ++p) {
+          tma::load_3d(K_s + p * B_c * P, &tm_K, p * P, j0, bk, full_KV);
+          tma::load_3d(V_s + p * B_c * P, &tm_V, p * P, j0, bk, full_KV);
+        }
       }
       for (int it = 0; it < n_iter; ++it) {
         const int s = it % kStages;
@@ -217,17 +227,29 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
         q_block(it, h, i);
         const int bh = b * n.H + h;
         const int64_t prow = (int64_t(bh) * T_r + i) * B_r;  // first padded row of Q_i in L2, D
+        float l2[kPerLane], dd[kPerLane];
+#pragma unroll
+        for (int x = 0; x < kPerLane; ++x) {
+          l2[x] = ws.L2[prow + 32 * x + lane];
+          dd[x] = ws.D[prow + 32 * x + lane];
+        }
         tma::wait(&empty[s], (it / kStages & 1) ^ 1);
-        tma::arrive_expect_tx(&full_Q[s], B_r * d * sizeof(T) + B_r * sizeof(float));
 #pragma unroll
-        for (int p = 0; p < d / P; ++p)
-          tma::load_3d(Q_buf + s * B_r * d + p * B_r * P, &tm_Q, p * P, i * B_r, bh, &full_Q[s]);
-        tma::load_1d(L2_buf + s * B_r, ws.L2 + prow, B_r * sizeof(float), &full_Q[s]);
-        tma::arrive_expect_tx(&full_dO[s], B_r * d * sizeof(T) + B_r * sizeof(float));
+        for (int x = 0; x < kPerLane; ++x) {
+          L2_buf[s * B_r + 32 * x + lane] = l2[x];
+          D_buf[s * B_r + 32 * x + lane] = dd[x];
+        }
+        __syncwarp();  // the lanes' stores, ordered before lane 0's arrivals (which release them)
+        if (lane == 0) {
+          tma::arrive_expect_tx(&full_Q[s], B_r * d * sizeof(T));
 #pragma unroll
-        for (int p = 0; p < d / P; ++p)
-          tma::load_3d(dO_buf + s * B_r * d + p * B_r * P, &tm_dO, p * P, i * B_r, bh, &full_dO[s]);
-        tma::load_1d(D_buf + s * B_r, ws.D + prow, B_r * sizeof(float), &full_dO[s]);
+          for (int p = 0; p < d / P; ++p)
+            tma::load_3d(Q_buf + s * B_r * d + p * B_r * P, &tm_Q, p * P, i * B_r, bh, &full_Q[s]);
+          tma::arrive_expect_tx(&full_dO[s], B_r * d * sizeof(T));
+#pragma unroll
+          for (int p = 0; p < d / P; ++p)
+            tma::load_3d(dO_buf + s * B_r * d + p * B_r * P, &tm_dO, p * P, i * B_r, bh, &full_dO[s]);
+        }
       }
     }
     return;
@@ -362,9 +384,6 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
     wgmma::wait<0>();  // dK_j and dQ_i are complete: stage s (Q_i, dO_i) is no longer read
     wgmma::pin(dQ);
     wgmma::pin(dK_j);
-    // This thread's ordinary reads of L_i, D_i in stage s are ordered before the copy engine's next
-    // writes there (the bulk copies are the async proxy; the mbarrier alone orders the threads).
-    wgmma::fence_proxy_async();
     __syncwarp();
     if (lane == 0) tma::arrive(&empty[s]);
     // dQ_i → shared memory in the accumulator's layout (16-byte writes side by side), then one bulk add.

@@ -32,4 +32,15 @@ __device__ __forceinline__ float log_sum_exp(float m, float l, float scale, floa
   return fmaf(m, scale, fmaf(-r, 0.6931471805599453f, logf(l)));
 }
 
+/// tanh(x) as 1 − 2/(2^{2x·log₂e} + 1): one MUFU.EX2 and one fast division, |x| clamped to 15 (tanh is
+/// ±1 in fp32 beyond 9.01). Its absolute error is about 1e-7; tanh.approx.f32's is relative, 2^-11,
+/// which on a soft-capped logit c·tanh(·) of c = 30 is 0.015 — e^0.015, a 1.5% error in that P̃_ij.
+/// Used from step 08j (soft-capping) on.
+__device__ __forceinline__ float tanh_fast(float x) {
+  x = fminf(fmaxf(x, -15.f), 15.f);
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(e) : "f"(x * 2.8853900817779268f));  // 2·log₂e
+  return 1.f - __fdividef(2.f, e + 1.f);
+}
+
 }  // namespace fl

@@ -83,6 +83,7 @@ template <> struct Type<__nv_bfloat16> { static constexpr const char* name = "bf
 #define FL_ACC16(i) FL_ACC8(i), FL_ACC8(i + 8)
 #define FL_ACC32(i) FL_ACC16(i), FL_ACC16(i + 16)
 #define FL_ACC64(i) FL_ACC32(i), FL_ACC32(i + 32)
+#define FL_ACC88(i) FL_ACC64(i), FL_ACC16(i + 64), FL_ACC8(i + 80)
 #define FL_REGS16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define FL_REGS32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
                   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -90,6 +91,12 @@ template <> struct Type<__nv_bfloat16> { static constexpr const char* name = "bf
                   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
                   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
                   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define FL_REGS88 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+                  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+                  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+                  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+                  "%80, %81, %82, %83, %84, %85, %86, %87}"
 
 /// D[64][N] (+)= A[64][16] · B[16][N], A and B from shared memory, both K-major (S_ij = Q_i K_jᵀ).
 /// accumulate = false ignores D's old contents (the first k-step of a product).
@@ -160,9 +167,11 @@ __device__ __forceinline__ void mma_ss_tt(float (&d)[N / 2], uint64_t a, uint64_
                  : ACC : "l"(a), "l"(b), "r"(int(accumulate)));                                     \
   }
 
-// S_ij = Q_i K_jᵀ with N = B_c keys (64 or 128); O_i += P̃_ij V_j one panel of P = 32 or 64 columns at a time.
+// S_ij = Q_i K_jᵀ with N = B_c keys (64, 128, or 176: 08i's tile at d = 128 without a causal mask);
+// O_i += P̃_ij V_j one panel of P = 32 or 64 columns at a time.
 FL_WGMMA_SS(64, FL_REGS32, FL_ACC32(0), 32, 33, 34)
 FL_WGMMA_SS(128, FL_REGS64, FL_ACC64(0), 64, 65, 66)
+FL_WGMMA_SS(176, FL_REGS88, FL_ACC88(0), 88, 89, 90)
 FL_WGMMA_RS(32, FL_REGS16, FL_ACC16(0), 16, 17, 18, 19, 20, 21)
 FL_WGMMA_RS(64, FL_REGS32, FL_ACC32(0), 32, 33, 34, 35, 36, 37)
 // dQ_i = dS_ij K_j in step 09b: one panel of 64 columns of dQ_i per instruction.

@@ -1,4 +1,4 @@
-// flashladder — tests/cases.hpp: the ragged shape matrix of ../shared/design/ladder.md.
+// flashladder — app/cases.hpp: the ragged shape matrix of ../shared/design/ladder.md.
 //
 // Nq, Nk ∈ {1, 17, 97, 128, 1025} (every pair, so Nq ≠ Nk both ways), causal on and off, B = 3,
 // H = 9 with H_kv cycling through {9, 3, 1}, inputs with a non-zero mean, plus large-logit cases

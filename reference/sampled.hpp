@@ -1,4 +1,4 @@
-// flashladder — tests/sampled_reference.hpp: the oracle and the tolerance rule's baseline at chosen
+// flashladder — reference/sampled.hpp: the oracle and the tolerance rule's baseline at chosen
 // rows only, for problems too large for the full fp64 oracle (N = 131072: S alone would be 128 GiB
 // of doubles per head; more than 2^31 elements in one tensor).
 //
@@ -10,7 +10,7 @@
 //             ref::baseline_backward does and sums the query heads of a K/V head in fp32.
 // The baseline's sums run in another order than Eigen's, so an entry can differ from
 // ref::baseline_* by a rounding of the storage type; both are Algorithm 0 at that precision, which
-// is all the rule asks of a baseline. test_sampled_reference.cpp checks both halves against the full
+// is all the rule asks of a baseline. tests/test_sampled_reference.cpp checks both halves against the full
 // oracle and baseline on shapes small enough for them.
 //
 // A query row's O, L and dQ need only that row (O(Nk·d) work). A key row's dK, dV are sums over
@@ -29,7 +29,7 @@
 
 #include "reference/verify.hpp"
 
-namespace fl::test {
+namespace fl {
 
 struct RowId {  // a query row: Q, O, dO, dQ, L at (b, h, i)
   int64_t b, h, i;
@@ -67,4 +67,4 @@ std::vector<KeyId> pick_keys(const Problem& p, uint64_t seed, int random, const 
 /// tensor; a failure names the first bad (b, h, i, c) or (b, h_kv, j, c) and the seed.
 Verdict verify_sampled(const Inputs& in, const Outputs& got, const Sampled& s, bool backward);
 
-}  // namespace fl::test
+}  // namespace fl

@@ -1,4 +1,4 @@
-// flashladder — tests/sampled_reference.cpp (see the header for what and why).
+// flashladder — reference/sampled.cpp (see the header for what and why).
 //
 // Work is organised per K/V head (b, h_kv) and, inside it, per query head h of its group: the query
 // rows needed (the sampled ones, or all of them when a key row of this K/V head is sampled in a
@@ -8,7 +8,7 @@
 // keys. Then each row's softmax, D and dS are formed in place, the sampled rows' O and dQ are summed
 // over the keys, and the block's terms of the sampled key rows' dK, dV are kept apart and added in
 // block order, so that no result depends on the number of threads.
-#include "sampled_reference.hpp"
+#include "reference/sampled.hpp"
 
 #include <Eigen/Dense>
 #include <algorithm>
@@ -22,7 +22,7 @@
 #include <set>
 #include <sstream>
 
-namespace fl::test {
+namespace fl {
 
 float round_storage(DType t, float x) {
   switch (t) {
@@ -450,4 +450,4 @@ Verdict verify_sampled(const Inputs& in, const Outputs& got, const Sampled& s, b
   return v;
 }
 
-}  // namespace fl::test
+}  // namespace fl

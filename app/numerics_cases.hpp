@@ -1,4 +1,4 @@
-// flashladder — tests/numerics_cases.hpp: the inputs built to break a careless softmax (issue 8), shared
+// flashladder — app/numerics_cases.hpp: the inputs built to break a careless softmax (issue 8), shared
 // by tests/test_gpu_numerics.cpp (every step on every case) and the lab kit (app/lab_suite.cpp: an
 // exercise's check runs its step's part of them). The why of each case is in test_gpu_numerics.cpp's
 // header comment and next to its builder.

@@ -1,0 +1,218 @@
+// flashladder — app/launch_probe.cpp: every GPU step's kernel launches, recorded without a GPU.
+//
+//   flashladder_launches            one JSON object per line: {"kernel": <mangled name>, "step": <folder>,
+//                                   "threads": block size, "dynamic_smem": bytes, "problem": …}
+//
+// scripts/resources_table.py writes each GPU step page's resources block from two things the build
+// already has: ptxas's report of every kernel (registers, spills, static shared memory; the build
+// keeps it beside each step's object, cmake/ptxas_report.sh) and this program's output. The dynamic
+// shared memory and the block size of a launch are computed by the step's own launcher at run time
+// (launch<T, d>() in each step's source), so no compiler report has them: this program runs every
+// GPU step's forward and backward host code, for each storage type and head dim of its ladder entry
+// and a few problems (square, causal and not; a decode problem; a long one), against a stand-in for
+// the CUDA runtime defined below. Nothing is launched and no memory is touched: the device pointers
+// are made-up aligned addresses, and each launch is recorded instead of run.
+//
+// It links the step objects, steps/ladder.cpp and the oracle library only, not libcudart: the
+// functions below are the runtime's entry points that those objects call (`nm -u` lists them), with
+// the runtime's own signatures (cuda_runtime_api.h, crt/host_runtime.h). The device they describe is
+// an H100/H200 (132 SMs, compute capability 9.0, 227 KiB of opt-in shared memory per block): the
+// launchers ask for the SM count only to choose a grid (step 10's split count), never a block size or
+// shared memory. A runtime entry point a step starts to use and this file lacks fails the link, naming it.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "common/problem.hpp"
+#include "steps/ladder.hpp"
+
+namespace {
+
+std::map<const void*, std::string>& kernel_names() {  // host function → mangled device name
+  static std::map<const void*, std::string> names;
+  return names;
+}
+
+struct Launch {
+  std::string kernel;
+  unsigned threads;
+  size_t smem;
+  bool operator<(const Launch& o) const {
+    return std::tie(kernel, threads, smem) < std::tie(o.kernel, o.threads, o.smem);
+  }
+};
+std::set<Launch>* g_launches = nullptr;  // where the running step's launches go
+
+void record(const void* fun, dim3 block, size_t smem) {
+  auto it = kernel_names().find(fun);
+  const std::string name = it == kernel_names().end() ? "<unregistered>" : it->second;
+  if (g_launches) g_launches->insert({name, block.x * block.y * block.z, smem});
+}
+
+dim3 g_grid, g_block;
+size_t g_smem = 0;
+
+CUresult CUDAAPI fake_encode_tiled(CUtensorMap* map, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
+  std::memset(map, 0, sizeof *map);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+// --- The stand-in runtime ---------------------------------------------------------------------------
+extern "C" {
+
+void** CUDARTAPI __cudaRegisterFatBinary(void*) {
+  static void* handle = nullptr;
+  return &handle;
+}
+void CUDARTAPI __cudaRegisterFatBinaryEnd(void**) {}
+void CUDARTAPI __cudaUnregisterFatBinary(void**) {}
+void CUDARTAPI __cudaRegisterFunction(void**, const char* hostFun, char* deviceFun, const char*, int, uint3*, uint3*,
+                                      dim3*, dim3*, int*) {
+  kernel_names()[hostFun] = deviceFun;
+}
+unsigned CUDARTAPI __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem, struct CUstream_st*) {
+  g_grid = gridDim;
+  g_block = blockDim;
+  g_smem = sharedMem;
+  return 0;
+}
+cudaError_t CUDARTAPI __cudaPopCallConfiguration(dim3* gridDim, dim3* blockDim, size_t* sharedMem, void* stream) {
+  *gridDim = g_grid;
+  *blockDim = g_block;
+  *sharedMem = g_smem;
+  *static_cast<cudaStream_t*>(stream) = nullptr;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI __cudaGetKernel(cudaKernel_t* kernel, const void* fun) {
+  *kernel = reinterpret_cast<cudaKernel_t>(const_cast<void*>(fun));
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI __cudaLaunchKernel(cudaKernel_t kernel, dim3, dim3 blockDim, void**, size_t sharedMem,
+                                         cudaStream_t) {
+  record(reinterpret_cast<const void*>(kernel), blockDim, sharedMem);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func, void**) {
+  record(func, config->blockDim, config->dynamicSmemBytes);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int) {
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount: *value = 132; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = 227 * 1024; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = 228 * 1024; break;
+    case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
+    case cudaDevAttrL2CacheSize: *value = 50 << 20; break;
+    default: *value = 0;
+  }
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaFuncSetAttribute(const void*, enum cudaFuncAttribute, int) { return cudaSuccess; }
+cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* numBlocks, const void*, int, size_t,
+                                                                              unsigned int) {
+  *numBlocks = 1;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  *free_bytes = *total_bytes = size_t(80) << 30;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr, unsigned int,
+                                                       unsigned long long,
+                                                       enum cudaDriverEntryPointQueryResult* driverStatus) {
+  const bool known = std::strcmp(symbol, "cuTensorMapEncodeTiled") == 0;
+  *funcPtr = known ? reinterpret_cast<void*>(&fake_encode_tiled) : nullptr;
+  if (driverStatus) *driverStatus = known ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGetLastError(void) { return cudaSuccess; }
+cudaError_t CUDARTAPI cudaPeekAtLastError(void) { return cudaSuccess; }
+const char* CUDARTAPI cudaGetErrorName(cudaError_t) { return "cudaErrorUnknown"; }
+const char* CUDARTAPI cudaGetErrorString(cudaError_t) { return "(the launch probe's stand-in runtime)"; }
+
+}  // extern "C"
+
+// --- The probe ------------------------------------------------------------------------------------
+namespace {
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) out += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+  return out + "\"";
+}
+
+// A made-up device address, 1 MiB aligned, distinct per buffer.
+void* fake(int i) { return reinterpret_cast<void*>(uintptr_t(0x7f0000000000) + (uintptr_t(i) << 32)); }
+
+}  // namespace
+
+int main() {
+  using namespace fl;
+  // Problems that reach every launch path of the ladder: square (causal and not), a decode problem
+  // (step 10's split-KV path and merge), and a long one (more splits, more blocks).
+  struct Shape {
+    int64_t B, H, H_kv, Nq, Nk;
+  };
+  const Shape shapes[] = {{2, 4, 2, 512, 512}, {1, 8, 2, 1, 32768}, {1, 8, 2, 4, 8192}, {1, 2, 1, 8192, 8192}};
+  int refused = 0, ran = 0;
+  for (const Step& s : ladder()) {
+    if (!s.gpu() || !s.impl) continue;
+    for (DType t : s.dtypes)
+      for (int64_t d : s.head_dims)
+        for (const Shape& sh : shapes)
+          for (bool causal : {false, true})
+            for (bool bwd : {false, true}) {
+              if (bwd && !s.has_backward()) continue;
+              Problem p;
+              p.B = sh.B, p.H = sh.H, p.H_kv = sh.H_kv, p.Nq = sh.Nq, p.Nk = sh.Nk, p.d = d;
+              p.causal = causal;
+              p.dtype = t;
+              if (!s.why_not(p).empty()) {
+                ++refused;
+                continue;
+              }
+              std::set<Launch> launches;
+              g_launches = &launches;
+              try {
+                ForwardArgs fa{fake(1), fake(2), fake(3), fake(4), static_cast<float*>(fake(5)), fake(6), nullptr};
+                if (!bwd) {
+                  s.impl->forward(p, fa);
+                } else {
+                  BackwardArgs ba{fake(1), fake(2), fake(3), fake(4), static_cast<const float*>(fake(5)),
+                                  fake(7), fake(8), fake(9), fake(10), fake(11), nullptr};
+                  s.impl->backward(p, ba);
+                }
+              } catch (const std::exception& e) {
+                std::cerr << "flashladder_launches: step " << s.folder << " (" << (bwd ? "backward" : "forward")
+                          << ", " << p.describe() << "): " << e.what() << "\n";
+                return 1;
+              }
+              g_launches = nullptr;
+              ++ran;
+              for (const Launch& l : launches)
+                std::cout << "{\"step\": " << quoted(s.folder) << ", \"pass\": \"" << (bwd ? "bwd" : "fwd")
+                          << "\", \"kernel\": " << quoted(l.kernel) << ", \"threads\": " << l.threads
+                          << ", \"dynamic_smem\": " << l.smem << ", \"problem\": " << quoted(p.describe()) << "}\n";
+            }
+  }
+  std::cerr << "flashladder_launches: " << ran << " runs recorded, " << refused << " problems refused by a step\n";
+  return ran > 0 ? 0 : 1;
+}

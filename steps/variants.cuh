@@ -1,0 +1,39 @@
+// flashladder — steps/variants.cuh: the attention variants (issue 21) as the kernels of 08j and 09d take
+// them. Plumbing only: what a variant MEANS (the mask's window, the logit's softcap and ALiBi bias) is
+// written in those steps' kernels, where a reader diffs it against 08i and 09c.
+#pragma once
+
+#include <cstdint>
+
+#include "common/problem.hpp"
+#include "steps/ladder.hpp"  // the Variant bits kSoftcap, kAlibi
+
+namespace fl {
+
+/// The problem's variants in the form a kernel reads. The window comes with causal folded in (causal
+/// ∩ (left, right) is (left, 0)) and clamped to 2^30, so that row + diag ± left stays in 32 bits.
+struct VariantArgs {
+  int left = -1, right = -1;       // row q sees the keys [q + diag − left, q + diag + right]; −1 unbounded
+  float softcap = 0.f;             // c (kSoftcap)
+  const float* slopes = nullptr;   // ALiBi slopes, fp32 [H] or [B][H], device memory (kAlibi)
+  int64_t slopes_b = 0;            // 0 for [H], H for [B][H]: the stride of b
+
+  static VariantArgs of(const Problem& p, const float* alibi_slopes) {
+    constexpr int64_t kMax = int64_t(1) << 30;
+    VariantArgs v;
+    v.left = p.window_left < 0 ? -1 : int(p.window_left < kMax ? p.window_left : kMax);
+    v.right = p.window_right < 0 ? -1 : int(p.window_right < kMax ? p.window_right : kMax);
+    if (p.causal) v.right = 0;
+    v.softcap = p.softcap ? float(*p.softcap) : 0.f;
+    v.slopes = alibi_slopes;
+    v.slopes_b = p.alibi == Alibi::batch_heads ? p.H : 0;
+    if (p.alibi != Alibi::none && !alibi_slopes) throw Error("ALiBi needs its slopes: the call passed none");
+    return v;
+  }
+  /// The template bits of a variant kernel (ladder.hpp's Variant bits kSoftcap, kAlibi): a plain
+  /// problem's kernel is instantiated without them, so it runs its base step's instructions. The window
+  /// is not a bit: its edges are tested where 08i and 09c test causal's.
+  static int bits(const Problem& p) { return (p.softcap ? kSoftcap : 0) | (p.alibi != Alibi::none ? kAlibi : 0); }
+};
+
+}  // namespace fl

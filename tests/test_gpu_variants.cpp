@@ -1,0 +1,143 @@
+// flashladder — tests/test_gpu_variants.cpp: the attention variants (issue 21) on the GPU steps that
+// list them (Step::variants: 08j forward, 09d backward), crossed with ragged shapes: Nq ≠ Nk both ways,
+// sizes that are no multiple of any tile, GQA and MQA, rows that see no key (a window left of every
+// key, causal with Nq > Nk), d 64, 128 and 256 (the backward's 64 and 128), fp16 and bf16. Each case is
+// judged by the tolerance rule against the fp64 oracle (which computes the variants itself), forward
+// and, where the step has one, backward; outputs are poisoned before each launch, so an element a
+// kernel skipped is NaN and fails. A step that lists a variant must not refuse these cases; every other
+// GPU step must refuse them with the reason (never run them silently as the plain problem).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "app/runner.hpp"
+#include "app/cases.hpp"  // PrintTo(const Step*)
+#include "gpu_gate.hpp"
+#include "reference/verify.hpp"
+
+namespace fl::test {
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t B, H, H_kv, Nq, Nk, d;
+  DType t;
+};
+struct VariantCase {
+  const char* name;
+  bool causal;
+  int64_t left, right;  // −1 unbounded
+  double softcap;       // 0: none
+  Alibi alibi;
+  double q_scale;       // 1, or 8 for logits a softcap saturates
+};
+
+const std::vector<Shape>& shapes() {
+  static const std::vector<Shape> s = {
+      {"gqa2_nq97_nk1025_d64", 2, 4, 2, 97, 1025, 64, DType::f16},
+      {"mqa_nq1000_nk300_d128", 1, 3, 1, 1000, 300, 128, DType::bf16},
+      {"mha_nq513_nk2100_d128", 1, 2, 2, 513, 2100, 128, DType::f16},
+      {"gqa3_nq200_nk777_d256", 1, 6, 2, 200, 777, 256, DType::bf16},
+  };
+  return s;
+}
+
+const std::vector<VariantCase>& variants() {
+  static const std::vector<VariantCase> v = {
+      {"window_128_0", false, 128, 0, 0, Alibi::none, 1},
+      {"window_70_33", false, 70, 33, 0, Alibi::none, 1},
+      {"window_none_16", false, -1, 16, 0, Alibi::none, 1},
+      {"window_300_none", false, 300, -1, 0, Alibi::none, 1},
+      {"causal_window_200_50", true, 200, 50, 0, Alibi::none, 1},
+      {"window_0_0", false, 0, 0, 0, Alibi::none, 1},
+      {"softcap_30", false, -1, -1, 30, Alibi::none, 1},
+      {"softcap_5_causal_large_logits", true, -1, -1, 5, Alibi::none, 8},
+      {"alibi_heads", false, -1, -1, 0, Alibi::heads, 1},
+      {"alibi_batch_heads_causal", true, -1, -1, 0, Alibi::batch_heads, 1},
+      {"all_window_256_0_softcap_20_alibi", false, 256, 0, 20, Alibi::heads, 1},
+  };
+  return v;
+}
+
+Problem problem_of(const Shape& s, const VariantCase& v) {
+  Problem p;
+  p.B = s.B; p.H = s.H; p.H_kv = s.H_kv; p.Nq = s.Nq; p.Nk = s.Nk; p.d = s.d; p.dtype = s.t;
+  p.causal = v.causal;
+  p.window_left = v.left;
+  p.window_right = v.right;
+  if (v.softcap > 0) p.softcap = v.softcap;
+  p.alibi = v.alibi;
+  return p;
+}
+
+struct Param {
+  const Shape* shape;
+  const VariantCase* v;
+  const Step* s;
+};
+void PrintTo(const Param& x, std::ostream* os) { *os << x.v->name << " " << x.shape->name << " " << x.s->folder; }
+
+std::vector<Param> params() {
+  std::vector<Param> out;
+  for (const Shape& sh : shapes())
+    for (const VariantCase& v : variants())
+      for (const Step& s : ladder()) {
+        const Problem p = problem_of(sh, v);
+        if (s.gpu() && s.supports_d(p.d) && s.supports_dtype(p.dtype) && (variants_of(p) & ~s.variants) == 0)
+          out.push_back({&sh, &v, &s});
+      }
+  return out;
+}
+
+class Variants : public ::testing::TestWithParam<Param> {};
+
+TEST_P(Variants, MatchesOracle) {
+  FL_NEED_GPU();
+  const Param& x = GetParam();
+  const Step& s = *x.s;
+  const Problem p = problem_of(*x.shape, *x.v);
+  ASSERT_EQ(s.refusal(p), "") << s.folder << " lists the variants of " << p.describe() << " but refuses it";
+  InputOptions opt;
+  opt.q_scale = x.v->q_scale;
+  const uint64_t seed = 21000 + uint64_t(x.v - variants().data()) * 16 + uint64_t(x.shape - shapes().data());
+  const Inputs in = make_inputs(p, seed, opt);
+  const bool bwd = s.has_backward();
+  const Outputs got = run_step(s, in, bwd);
+  const Verdict v = verify(in, got, expected_for(in, bwd), bwd);
+  ASSERT_EQ(v.checks.size(), bwd ? 5u : 2u);
+  for (const Check& c : v.checks)
+    EXPECT_TRUE(c.pass) << s.folder << " " << p.describe() << " seed " << seed << "\n  " << c.summary();
+  std::cout << "  [" << s.folder << "] " << x.v->name << " " << x.shape->name << "  tolerance used "
+            << 100 * v.tol_used << "%\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, Variants, ::testing::ValuesIn(params()), [](const ::testing::TestParamInfo<Param>& i) {
+  return std::string(i.param.v->name) + "__" + i.param.shape->name + "__" + i.param.s->folder;
+});
+
+// The matrix above is not empty in a build with the GPU steps: a variant no step lists would
+// otherwise pass by running nothing.
+TEST(Variants, SomeStepRunsEachVariant) {
+  for (const VariantCase& v : variants()) {
+    int steps = 0;
+    for (const Step& s : ladder())
+      if (s.gpu() && s.impl && (variants_of(problem_of(shapes()[0], v)) & ~s.variants) == 0) ++steps;
+    if (!find_step("08a") || !find_step("08a")->impl) GTEST_SKIP() << "no GPU steps in this build (no nvcc)";
+    EXPECT_GT(steps, 0) << "no GPU step supports " << v.name;
+  }
+}
+
+// Every GPU step that does not list a variant refuses it, naming the variant and the steps that have it.
+TEST(Variants, OtherStepsRefuseThemWithTheReason) {
+  const Problem p = problem_of(shapes()[0], variants()[0]);  // a window
+  for (const Step& s : ladder()) {
+    if (!s.gpu() || !s.impl || (s.variants & kWindow)) continue;
+    if (!s.supports_d(p.d) || !s.supports_dtype(p.dtype)) continue;
+    const std::string why = s.refusal(p);
+    EXPECT_NE(why.find("window"), std::string::npos) << s.folder << ": " << why;
+  }
+}
+
+}  // namespace
+}  // namespace fl::test
