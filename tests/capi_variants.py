@@ -46,7 +46,7 @@ base = workspace()
 if base < 0:
     sys.exit(f"the plain problem was refused: {lib.fl_last_error().decode()}")
 lib.fl_set_window(4, 0)
-refused("window on step 05", "step 05_fa2_lse does not support sliding window (window_left=4, window_right=0); "
+refused("window on step 05", "step 05_fa2_lse: does not support sliding window (window_left=4, window_right=0); "
         "the steps that do: 01_cpu_standard, 02_cpu_online_softmax")
 lib.fl_set_window(-3, 0)
 refused("window_left -3", "invalid problem: window_left = -3 is not allowed")

@@ -313,7 +313,7 @@ Inputs inputs_for(const Case& c, uint64_t seed, double q_scale = 2.0) {
   return make_inputs(p, seed, {0.5, q_scale});
 }
 
-class Variants : public ::testing::TestWithParam<Case> {};
+class OracleVariants : public ::testing::TestWithParam<Case> {};
 
 void forward_matches_definition(const Case& c, ref::Blocking blk) {
   const Inputs in = inputs_for(c, 21);
@@ -335,8 +335,8 @@ void forward_matches_definition(const Case& c, ref::Blocking blk) {
   }
   if (c.name == "window_blind_rows") EXPECT_EQ(blind, 2 * 4 * 5);  // rows i < 5 see no key, in every (b, h)
 }
-TEST_P(Variants, ForwardMatchesTheDefinition) { forward_matches_definition(GetParam(), {}); }
-TEST_P(Variants, BlockedForwardMatchesTheDefinition) { forward_matches_definition(GetParam(), {2, 3}); }
+TEST_P(OracleVariants, ForwardMatchesTheDefinition) { forward_matches_definition(GetParam(), {}); }
+TEST_P(OracleVariants, BlockedForwardMatchesTheDefinition) { forward_matches_definition(GetParam(), {2, 3}); }
 
 void backward_matches_finite_differences(const Case& c, ref::Blocking blk) {
   const Inputs in = inputs_for(c, 22);
@@ -365,11 +365,11 @@ void backward_matches_finite_differences(const Case& c, ref::Blocking blk) {
   check(&Inputs::v, g.dv, "dV");
   for (double x : g.dq) ASSERT_TRUE(std::isfinite(x));
 }
-TEST_P(Variants, BackwardMatchesFiniteDifferences) { backward_matches_finite_differences(GetParam(), {}); }
-TEST_P(Variants, BlockedBackwardMatchesFiniteDifferences) { backward_matches_finite_differences(GetParam(), {2, 3}); }
+TEST_P(OracleVariants, BackwardMatchesFiniteDifferences) { backward_matches_finite_differences(GetParam(), {}); }
+TEST_P(OracleVariants, BlockedBackwardMatchesFiniteDifferences) { backward_matches_finite_differences(GetParam(), {2, 3}); }
 
 // The CPU steps run every variant; each passes the tolerance rule on it (fp32 storage).
-TEST_P(Variants, CpuStepsPassTheRule) {
+TEST_P(OracleVariants, CpuStepsPassTheRule) {
   const Inputs in = inputs_for(GetParam(), 23, 3.0);
   const Expected e = expected_for(in, false);
   for (const char* name : {"01", "02"}) {
@@ -380,7 +380,7 @@ TEST_P(Variants, CpuStepsPassTheRule) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Oracle, Variants, ::testing::ValuesIn(cases()),
+INSTANTIATE_TEST_SUITE_P(Each, OracleVariants, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 // --- Reductions -----------------------------------------------------------------------------------
@@ -800,7 +800,8 @@ TEST(VariantSteps, ThoseWithoutTheBitRefuseNamingThoseWith) {
         continue;
       }
       ++refused;
-      EXPECT_EQ(why, "step " + s.folder + " " + v.words + "; the steps that do: " + who) << s.folder;
+      EXPECT_EQ(why, "step " + s.folder + ": " + v.words + "; the steps that do: " + who) << s.folder;
+      EXPECT_EQ(s.why_not(p), v.words + "; the steps that do: " + who) << s.folder;
     }
   }
   EXPECT_GT(refused, 0);  // at least one step refuses something: the check ran

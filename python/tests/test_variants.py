@@ -294,5 +294,5 @@ def test_gpu_steps_refuse_the_variants_they_do_not_run():
         if s.number in ("01", "02"):
             assert why == "", why
         elif "does not support sliding window" in why:
-            assert why.startswith(f"step {s.folder} does not support sliding window (window_left=4, window_right=0); "
+            assert why.startswith(f"step {s.folder}: does not support sliding window (window_left=4, window_right=0); "
                                   "the steps that do: 01_cpu_standard, 02_cpu_online_softmax"), why
