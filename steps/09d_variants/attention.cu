@@ -142,6 +142,7 @@ template <class T, int d, int kV>
 __global__ void __launch_bounds__(Bwd<d>::kThreads, 1)
 backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant__ CUtensorMap tm_dO,
                 const __grid_constant__ CUtensorMap tm_K, const __grid_constant__ CUtensorMap tm_V,
+                const __grid_constant__ CUtensorMap tm_L2, const __grid_constant__ CUtensorMap tm_D,
                 Workspace<d> ws, T* __restrict__ dK, T* __restrict__ dV, Dims n, VariantArgs var) {
   using C = Bwd<d>;
   constexpr int B_r = C::B_r, B_c = C::B_c, P = C::P, kStages = C::kStages;
@@ -199,52 +200,35 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
   if (threadIdx.x < 128) {
     // ---- Producer: K_j, V_j once; then Q_i, L_i and dO_i, D_i of every iteration, kStages ahead.
     tma::regs_dec<C::kProducerRegs>();
-    // L_i·log2 e and D_i (B_r floats each) are moved by the warp's 32 lanes with ordinary loads and
-    // stores, read into registers before the stage is free, so the global loads' latency is hidden.
-    // They were 1-D bulk copies (cp.async.bulk) at first: correct, ordered by the same mbarriers, but
-    // compute-sanitizer's racecheck reported each reuse of a stage as a hazard between the copy engine's
-    // write and the consumers' earlier ordinary reads (2 at d = 128, runs 21 and 22); with ordinary
-    // stores released by the arrival below, the ordering is one the tool follows.
-    constexpr int kPerLane = B_r / 32;
-    if (threadIdx.x < 32) {
-      const int lane = threadIdx.x;
-      if (lane == 0) {
-        tma::arrive_expect_tx(full_KV, 2 * B_c * d * sizeof(T));
+    // L_i·log2 e and D_i come by TMA like Q_i: a tensor map per array, one row of B_r floats per Q block.
+    // (Two other ways were correct and ordered by the same mbarriers, but compute-sanitizer's racecheck
+    // does not follow an mbarrier between ordinary accesses and reported them: 1-D bulk copies, 2
+    // hazards at d = 128 where a stage is reused, runs 21–22; the producer warp's ordinary stores, 12
+    // at d = 64 and 128, run 24.)
+    if (threadIdx.x == 0) {
+      tma::arrive_expect_tx(full_KV, 2 * B_c * d * sizeof(T));
 #pragma unroll
-        for (int p = 0; p < d / P; ++p) {
-          tma::load_3d(K_s + p * B_c * P, &tm_K, p * P, j0, bk, full_KV);
-          tma::load_3d(V_s + p * B_c * P, &tm_V, p * P, j0, bk, full_KV);
-        }
+      for (int p = 0; p < d / P; ++p) {
+        tma::load_3d(K_s + p * B_c * P, &tm_K, p * P, j0, bk, full_KV);
+        tma::load_3d(V_s + p * B_c * P, &tm_V, p * P, j0, bk, full_KV);
       }
       for (int it = 0; it < n_iter; ++it) {
         const int s = it % kStages;
         int h, i;
         q_block(it, h, i);
         const int bh = b * n.H + h;
-        const int64_t prow = (int64_t(bh) * T_r + i) * B_r;  // first padded row of Q_i in L2, D
-        float l2[kPerLane], dd[kPerLane];
-#pragma unroll
-        for (int x = 0; x < kPerLane; ++x) {
-          l2[x] = ws.L2[prow + 32 * x + lane];
-          dd[x] = ws.D[prow + 32 * x + lane];
-        }
+        const int qb = bh * T_r + i;  // Q_i's row of the padded L·log2 e and D
         tma::wait(&empty[s], (it / kStages & 1) ^ 1);
+        tma::arrive_expect_tx(&full_Q[s], B_r * d * sizeof(T) + B_r * sizeof(float));
 #pragma unroll
-        for (int x = 0; x < kPerLane; ++x) {
-          L2_buf[s * B_r + 32 * x + lane] = l2[x];
-          D_buf[s * B_r + 32 * x + lane] = dd[x];
-        }
-        __syncwarp();  // the lanes' stores, ordered before lane 0's arrivals (which release them)
-        if (lane == 0) {
-          tma::arrive_expect_tx(&full_Q[s], B_r * d * sizeof(T));
+        for (int p = 0; p < d / P; ++p)
+          tma::load_3d(Q_buf + s * B_r * d + p * B_r * P, &tm_Q, p * P, i * B_r, bh, &full_Q[s]);
+        tma::load_2d(L2_buf + s * B_r, &tm_L2, 0, qb, &full_Q[s]);
+        tma::arrive_expect_tx(&full_dO[s], B_r * d * sizeof(T) + B_r * sizeof(float));
 #pragma unroll
-          for (int p = 0; p < d / P; ++p)
-            tma::load_3d(Q_buf + s * B_r * d + p * B_r * P, &tm_Q, p * P, i * B_r, bh, &full_Q[s]);
-          tma::arrive_expect_tx(&full_dO[s], B_r * d * sizeof(T));
-#pragma unroll
-          for (int p = 0; p < d / P; ++p)
-            tma::load_3d(dO_buf + s * B_r * d + p * B_r * P, &tm_dO, p * P, i * B_r, bh, &full_dO[s]);
-        }
+        for (int p = 0; p < d / P; ++p)
+          tma::load_3d(dO_buf + s * B_r * d + p * B_r * P, &tm_dO, p * P, i * B_r, bh, &full_dO[s]);
+        tma::load_2d(D_buf + s * B_r, &tm_D, 0, qb, &full_dO[s]);
       }
     }
     return;
@@ -518,11 +502,13 @@ void launch_backward(const Problem& p, const BackwardArgs& a) {
   const CUtensorMap tm_dO = tma::make_tensor_map(a.dO, bf16, bh, p.Nq, d, C::B_r, "dO");
   const CUtensorMap tm_K = tma::make_tensor_map(a.k, bf16, p.B * p.H_kv, p.Nk, d, C::B_c, "K");
   const CUtensorMap tm_V = tma::make_tensor_map(a.v, bf16, p.B * p.H_kv, p.Nk, d, C::B_c, "V");
+  const CUtensorMap tm_L2 = tma::make_row_map(ws.L2, bh * T_r, C::B_r, "L·log2 e");  // [B·H·T_r][B_r]
+  const CUtensorMap tm_D = tma::make_row_map(ws.D, bh * T_r, C::B_r, "D");
   const unsigned blocks = unsigned(ceil_div<int64_t>(p.Nk, C::B_c) * p.B * p.H_kv);
   auto run = [&](auto kv_) {  // the kernel instantiated for the problem's variant bits (plain: 09c's)
     auto kernel = backward_kernel<T, d, decltype(kv_)::value>;
     allow_smem(kernel, C::smem_bytes);
-    kernel<<<blocks, C::kThreads, C::smem_bytes, s>>>(tm_Q, tm_dO, tm_K, tm_V, ws, static_cast<T*>(a.dk),
+    kernel<<<blocks, C::kThreads, C::smem_bytes, s>>>(tm_Q, tm_dO, tm_K, tm_V, tm_L2, tm_D, ws, static_cast<T*>(a.dk),
                                                        static_cast<T*>(a.dv), dims_of(p), VariantArgs::of(p, a.alibi_slopes));
   };
   switch (VariantArgs::bits(p)) {

@@ -68,11 +68,13 @@ __device__ __forceinline__ void load_3d(void* dst, const CUtensorMap* map, int c
       : "memory");
 }
 
-/// `bytes` contiguous bytes of device memory → shared memory (the 1-D bulk copy: no tensor map;
-/// src, dst 16-byte aligned, bytes a multiple of 16); completes on bar. Step 09c: a row block of L, D.
-__device__ __forceinline__ void load_1d(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-               ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)) : "memory");
+/// The box at (c0, c1 = the row) of a 2-D tensor map (make_row_map) → shared memory at dst (16-byte
+/// aligned); completes on bar. Step 09c: a Q block's L·log2 e and D.
+__device__ __forceinline__ void load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+      ::"r"(smem_u32(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+      : "memory");
 }
 
 /// dst[k] += src[k] for `bytes` / 4 floats, shared memory → device memory, done by the copy engine
@@ -109,6 +111,20 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+/// Host: the driver's tensor-map encoder, reached through the runtime (see make_tensor_map).
+inline PFN_cuTensorMapEncodeTiled_v12000 encoder(const std::string& what) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
+    if (e != cudaSuccess || found != cudaDriverEntryPointSuccess) fn = nullptr;
+    cudaGetLastError();
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (!encode) throw Error(what + ": the driver has no cuTensorMapEncodeTiled (CUDA driver 12.0 or newer needed)");
+  return encode;
+}
+
 /// Host: the tensor map of a [slices][rows][cols] row-major tensor of 16-bit elements (Q: slices = B·H,
 /// rows = Nq, cols = d), read in boxes of [box_rows][64] with the 128-byte swizzle. Rows past `rows`
 /// read as zeros. The driver's encoder is reached through the runtime (cudaGetDriverEntryPointByVersion),
@@ -129,15 +145,7 @@ inline CUtensorMap make_tensor_map(const void* base, bool bf16, int64_t slices, 
   if (rows * cols * 2 >= (int64_t(1) << 40))
     throw Error(what + " allows a (batch, head) slice of at most 2^40 bytes: " +
                 std::to_string(rows * cols * 2) + " bytes");
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
-    if (e != cudaSuccess || found != cudaDriverEntryPointSuccess) fn = nullptr;
-    cudaGetLastError();
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  if (!encode) throw Error(what + ": the driver has no cuTensorMapEncodeTiled (CUDA driver 12.0 or newer needed)");
+  const auto encode = encoder(what);
   CUtensorMap map;
   const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(slices)};
   const cuuint64_t strides[2] = {cuuint64_t(cols * 2), cuuint64_t(rows * cols * 2)};  // bytes, dims 1 and 2
@@ -151,6 +159,29 @@ inline CUtensorMap make_tensor_map(const void* base, bool bf16, int64_t slices, 
     throw Error(what + ": cuTensorMapEncodeTiled refused it (CUresult " + std::to_string(int(r)) + ") for " +
                 std::to_string(slices) + " × " + std::to_string(rows) + " × " + std::to_string(cols) +
                 " elements in boxes of " + std::to_string(box_rows) + " × 64");
+  return map;
+}
+
+/// Host: the tensor map of `rows` rows of `row_len` floats, one after the other (step 09c's padded L·log2 e
+/// and D: one row per Q block), read one whole row per box, with no swizzle.
+inline CUtensorMap make_row_map(const float* base, int64_t rows, int row_len, const char* name) {
+  const std::string what = std::string("the TMA tensor map of ") + name;
+  if (reinterpret_cast<uintptr_t>(base) % 16 != 0 || row_len * 4 % 16 != 0 || row_len > 256)
+    throw Error(what + " needs a 16-byte aligned start and rows of a multiple of 16 bytes, at most 256 floats");
+  if (rows > (int64_t(1) << 31))
+    throw Error(what + " addresses its rows with 32-bit coordinates: " + std::to_string(rows) + " rows");
+  const auto encode = encoder(what);
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(row_len), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(row_len * 4)};
+  const cuuint32_t box[2] = {cuuint32_t(row_len), 1};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(base), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw Error(what + ": cuTensorMapEncodeTiled refused it (CUresult " + std::to_string(int(r)) + ") for " +
+                std::to_string(rows) + " rows of " + std::to_string(row_len) + " floats");
   return map;
 }
 
