@@ -38,7 +38,7 @@ void ProblemOptions::add_to(CLI::App& app) {
   // The variants (docs/variants.md).
   app.add_option("--window", window,
                  "Sliding window L,R: query i sees key j iff i+Nk-Nq-L <= j <= i+Nk-Nq+R; -1 = unbounded on that side "
-                 "(causal is -1,0; intersected with --causal). Write --window=-1,0 when L is negative")
+                 "(causal is -1,0; intersected with --causal)")
       ->delimiter(',')
       ->expected(2);
   app.add_option("--softcap", softcap, "Logit soft-capping c > 0: scores become c*tanh(scale*q.k/c) before the softmax");

@@ -94,6 +94,17 @@ nlohmann::json make_record(const std::string& impl, const std::string& pass, con
   r["Nk"] = p.Nk;
   r["d"] = p.d;
   r["causal"] = p.causal;
+  // A record of a variant names it (../shared/design/ladder.md); a plain record has none of these, so
+  // the tables made from plain records (scripts/fl_results.py matches) never pick up a variant's.
+  if (p.windowed()) r["window"] = {p.window_left, p.window_right};
+  if (p.softcap) r["softcap"] = *p.softcap;
+  if (p.alibi != Alibi::none) r["alibi"] = alibi_name(p.alibi);
+  if (p.varlen()) {
+    r["varlen"] = true;
+    r["cu_seqlens_q"] = p.cu_seqlens_q;
+    r["cu_seqlens_k"] = p.cu_seqlens_k;
+  }
+  if (!p.seqused_k.empty()) r["seqused_k"] = p.seqused_k;
   r["median_ms"] = t.median_ms;
   r["min_ms"] = t.min_ms;
   r["p90_ms"] = t.p90_ms;

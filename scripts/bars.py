@@ -23,7 +23,9 @@ def load(path):
 
 
 def key(r):
-    return (r["dtype"], r["d"], bool(r["causal"]), r["B"], r["H"], r.get("H_kv"), r["Nq"], r["Nk"])
+    # A variant's record (window, softcap, alibi, varlen, seqused_k: app/record.cpp) is a point of its own.
+    variant = tuple(json.dumps(r.get(f), sort_keys=True) for f in ("window", "softcap", "alibi", "varlen", "seqused_k"))
+    return (r["dtype"], r["d"], bool(r["causal"]), r["B"], r["H"], r.get("H_kv"), r["Nq"], r["Nk"]) + variant
 
 
 def index(records, pas):

@@ -31,7 +31,7 @@ import diff_table  # noqa: E402
 
 # The theory pages, in reading order: docs/<name>.md.
 THEORY = ["memory_and_roofline", "io_complexity", "online_softmax", "fa1_vs_fa2", "backward", "conventions",
-          "glossary", "golden_sets"]
+          "glossary", "golden_sets", "variants"]
 NOT_YET = "not yet measured"
 
 # ------------------------------------------------------------------------------------------------------
@@ -329,7 +329,7 @@ def measured_section(step: flr.Step, prev: flr.Step | None, steps, records, root
     if view.device and step.where == "gpu":
         sweep = [r for r in records if r.get("impl") == step.folder and r.get("device") == view.device
                  and r.get("pass") == "fwd" and r.get("dtype") == "fp16" and r.get("H") == 2048 // max(1, r.get("d", 1))
-                 and r.get("B", 0) * r.get("Nq", 0) == 16384 and r.get("Nq") == r.get("Nk")]
+                 and r.get("B", 0) * r.get("Nq", 0) == 16384 and r.get("Nq") == r.get("Nk") and not flr.is_variant(r)]
         if sweep:
             newest = {}
             for r in sorted(sweep, key=lambda r: (str(r.get("date")), r["_file"], r["_line"])):

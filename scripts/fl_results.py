@@ -125,7 +125,19 @@ def load_records(root: str) -> list[dict]:
     return out
 
 
+# The fields a record of an attention variant carries (app/record.cpp make_record); a plain record has none.
+VARIANT_FIELDS = ("window", "softcap", "alibi", "varlen", "seqused_k")
+
+
+def is_variant(rec: dict) -> bool:
+    return any(rec.get(f) not in (None, False) for f in VARIANT_FIELDS)
+
+
 def matches(rec: dict, problem: dict) -> bool:
+    """rec is a record of problem: every field of problem agrees, and a record of a variant (a window,
+    a softcap, ...) matches only a problem that names its variant fields."""
+    if is_variant(rec) and not any(f in problem for f in VARIANT_FIELDS):
+        return False
     return all(rec.get(k) == v for k, v in problem.items())
 
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <unistd.h>
 
 #include "app/runner.hpp"
@@ -300,5 +301,146 @@ TEST(Golden, BrokenAnswersAreRefusedWhateverTheCandidate) {
   refused("disagrees with o.npy, whose largest entry gives");
 }
 
+
+// --- Issue 21: the variants ----------------------------------------------------------------------
+
+struct VariantSet {
+  const char* name;
+  std::function<void(Problem&)> set;
+};
+const std::vector<VariantSet>& variant_sets() {
+  static const std::vector<VariantSet> v = {
+      {"window", [](Problem& p) { p.window_left = 6; p.window_right = 0; p.causal = false; }},
+      {"softcap", [](Problem& p) { p.softcap = 1.5; }},
+      {"alibi_heads", [](Problem& p) { p.alibi = Alibi::heads; }},
+      {"alibi_batch_heads", [](Problem& p) { p.alibi = Alibi::batch_heads; p.causal = false; }},
+      {"varlen", [](Problem& p) { p.cu_seqlens_q = {0, 21, 30}; p.cu_seqlens_k = {0, 5, 18}; }},
+      {"varlen_seqused", [](Problem& p) { p.cu_seqlens_q = {0, 3, 24}; p.cu_seqlens_k = {0, 13, 18}; p.seqused_k = {4, 5}; }},
+      {"seqused", [](Problem& p) { p.seqused_k = {13, 2}; }},
+      {"everything", [](Problem& p) {
+         p.window_left = 3; p.window_right = 2; p.softcap = 4; p.alibi = Alibi::batch_heads;
+         p.cu_seqlens_q = {0, 17, 30}; p.cu_seqlens_k = {0, 11, 20}; p.seqused_k = {9, 9};
+       }},
+  };
+  return v;
+}
+
+// Each variant's golden set round-trips: the manifest gives back the problem, every variant field
+// included; the files give back the inputs, slopes included; the golden outputs pass as a candidate
+// and a perturbed one fails; steps 01 and 02 run on the files pass.
+TEST(GoldenVariants, EveryVariantRoundTrips) {
+  for (const VariantSet& v : variant_sets()) {
+    for (DType t : {DType::bf16, DType::f32}) {
+      SCOPED_TRACE(std::string(v.name) + " " + dtype_name(t));
+      Dirs d(std::string("variant_") + v.name + "_" + dtype_name(t));
+      Problem p = small(t);
+      v.set(p);
+      ASSERT_EQ(p.invalid_reason(), "");
+      golden::generate(p, kSeed, d.golden());
+      const golden::Manifest m = golden::read_manifest(d.golden());
+      EXPECT_EQ(m.p.window_left, p.window_left);
+      EXPECT_EQ(m.p.window_right, p.window_right);
+      EXPECT_EQ(m.p.softcap, p.softcap);
+      EXPECT_EQ(m.p.alibi, p.alibi);
+      EXPECT_EQ(m.p.cu_seqlens_q, p.cu_seqlens_q);
+      EXPECT_EQ(m.p.cu_seqlens_k, p.cu_seqlens_k);
+      EXPECT_EQ(m.p.seqused_k, p.seqused_k);
+      EXPECT_EQ(m.at("q").shape, p.q_shape());
+      EXPECT_EQ(m.at("dk").shape, p.kv_shape());
+      EXPECT_EQ(m.at("lse").shape, p.lse_shape());
+      EXPECT_EQ(m.tensors.size(), p.alibi == Alibi::none ? 9u : 10u);
+      const Inputs in = make_inputs(p, kSeed), back = golden::read_inputs(d.golden(), m);
+      EXPECT_EQ(back.q, in.q);
+      EXPECT_EQ(back.k, in.k);
+      EXPECT_EQ(back.dO, in.dO);
+      EXPECT_EQ(back.alibi_slopes, in.alibi_slopes);
+      // The answers are the oracle's on these inputs, the tolerance the rule's.
+      const Expected e = expected_for(in, true);
+      EXPECT_EQ(golden_values(d, "o"), e.fwd.o);
+      EXPECT_EQ(golden_values(d, "dk"), e.bwd.dk);
+      EXPECT_EQ(m.at("dq").tol.tol, tolerance_for(e.bwd.dq, e.base_bwd.dq, t).tol);
+      copy_golden(d, m);
+      ASSERT_TRUE(golden::check(d.golden(), d.cand(), true).pass);
+      std::vector<double> o = golden_values(d, "o");
+      o[o.size() / 2] += 3 * m.at("o").tol.tol;
+      put(d, "o", o, m.at("o").shape);
+      EXPECT_FALSE(golden::check(d.golden(), d.cand(), true).pass);
+      for (const char* name : {"01", "02"}) {
+        Inputs x = golden::read_inputs(d.golden(), m);
+        x.p.dtype = DType::f32;
+        golden::write_outputs(d.cand(), x.p, run_step(*find_step(name), x, false), false);
+        const golden::Report r = golden::check(d.golden(), d.cand(), false);
+        EXPECT_TRUE(r.pass) << name << ": " << result(r, "o").check.summary() << " | " << result(r, "lse").check.summary();
+      }
+    }
+  }
+}
+
+// The manifest's variant fields are checked like every other field: a malformed one is refused with
+// its name; one that is absent (a set written before issue 21) is the plain problem's.
+TEST(GoldenVariants, MalformedVariantFieldsAreRefusedByName) {
+  Dirs d("variant_fields");
+  golden::generate(small(DType::f16), kSeed, d.golden());
+  const fs::path man = fs::path(d.golden()) / "manifest.json";
+  std::string text;
+  {
+    std::ifstream f(man);
+    text.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  auto edited = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    const size_t at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) t.replace(at, from.size(), to);
+    return t;
+  };
+  auto refused = [&](const std::string& from, const std::string& to, const std::string& what) {
+    try {
+      golden::parse_manifest_text(edited(from, to), "m.json");
+      ADD_FAILURE() << "accepted a manifest with " << to;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refused("\"window_left\": -1", "\"window_left\": -2",
+          "m.json problem: field 'window_left' = -2 is out of range: it must be an integer from -1 to 1099511627776");
+  refused("\"window_right\": -1", "\"window_right\": 0.5", "field 'window_right' = 0.5 is not allowed");
+  refused("\"softcap\": null", "\"softcap\": 0", "field 'softcap' = 0 is not allowed: it must be null (no softcap) or a finite number > 0");
+  refused("\"softcap\": null", "\"softcap\": -1e300", "field 'softcap' = -1e300 is not allowed");
+  refused("\"softcap\": null", "\"softcap\": \"30\"", "field 'softcap' = \"30\" must be null (no softcap) or a finite number > 0");
+  refused("\"alibi\": \"none\"", "\"alibi\": \"tails\"", "field 'alibi' = \"tails\" is not one of \"none\", \"heads\", \"batch_heads\"");
+  refused("\"alibi\": \"none\"", "\"alibi\": \"heads\"", "tensors: missing field 'alibi_slopes'");
+  refused("\"cu_seqlens_q\": []", "\"cu_seqlens_q\": [0, 21]", "cu_seqlens_q is given without cu_seqlens_k");
+  refused("\"cu_seqlens_q\": []", "\"cu_seqlens_q\": [0, -1]", "field 'cu_seqlens_q[1]' = -1 is out of range: it must be an integer from 0 to 2147483647");
+  refused("\"cu_seqlens_q\": []", "\"cu_seqlens_q\": 7", "field 'cu_seqlens_q' = 7 must be an array of integers");
+  refused("\"seqused_k\": []", "\"seqused_k\": [1, 2, 3]",
+          "seqused_k has 3 entries; it must have B = 2");
+  refused("\"seqused_k\": []", "\"seqused_k\": [1, 14]", "seqused_k[1] = 14 is more than the 13 keys sequence 1 holds (Nk)");
+  // Offsets that agree with themselves but not with the tensors' shapes: the shapes give it away.
+  std::string t = edited("\"cu_seqlens_q\": []", "\"cu_seqlens_q\": [0, 21, 42]");
+  t.replace(t.find("\"cu_seqlens_k\": []"), 18, "\"cu_seqlens_k\": [0, 13, 26]");
+  try {
+    golden::parse_manifest_text(t, "m.json");
+    ADD_FAILURE() << "accepted packed offsets with [B][H][Nq][d] shapes";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("m.json tensors.q: shape (2, 4, 21, 7) disagrees with the problem, which gives (42, 4, 7)"),
+              std::string::npos)
+        << e.what();
+  }
+  // Absent fields: the plain problem.
+  std::string old = text;
+  for (const char* f : {"window_left", "window_right", "softcap", "alibi", "cu_seqlens_q", "cu_seqlens_k", "seqused_k"}) {
+    const size_t at = old.find(std::string("\"") + f + "\"");
+    ASSERT_NE(at, std::string::npos) << f;
+    old.erase(at, old.find('\n', at) - at + 1);
+  }
+  ASSERT_EQ(old.find("window_left"), std::string::npos);
+  const size_t dtype = old.find("\"dtype\": \"fp16\",");  // the problem's last field now: no comma after it
+  ASSERT_NE(dtype, std::string::npos);
+  old.erase(dtype + 15, 1);
+  const golden::Manifest m = golden::parse_manifest_text(old, "old.json");
+  EXPECT_FALSE(m.p.has_variant());
+  EXPECT_EQ(m.p.describe(), golden::parse_manifest_text(text, "m.json").p.describe());
+}
 }  // namespace
 }  // namespace fl

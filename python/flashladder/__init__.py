@@ -306,8 +306,8 @@ def _problem(q, k, v, do=None, *, window=None, softcap=None, alibi_slopes=None, 
         slopes = _input(alibi_slopes, "alibi_slopes").reshape(-1)
     var = _core.Variants(window_left=window[0], window_right=window[1], softcap=softcap, alibi=alibi,
                          cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, seqused_k=used)
-    p.update(window=window, softcap=softcap, alibi=alibi, varlen=varlen,
-             variants=_variants_text(window, softcap, alibi, varlen, bool(used)))
+    p.update(window=window, softcap=softcap, alibi=alibi, varlen=varlen, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+             seqused_k=used, variants=_variants_text(window, softcap, alibi, varlen, bool(used)))
     return p, var, slopes
 
 
@@ -596,11 +596,29 @@ class Step:
             out = tuple(np.ascontiguousarray(x) for x in named.values())
         return out, kind
 
-    def _refuse(self, p, causal, scale, kind, backward):
+    def _refuse(self, p, causal, scale, kind, backward, var):
         why = _core.refusal(self.folder, p["B"], p["H"], p["H_kv"], p["Nq"], p["Nk"], p["d"], causal, scale, kind,
-                            backward)
+                            backward, variants=var)
         if why:
             raise Error(why)
+
+    def _variant_data(self, like, p, slopes, keep: list) -> dict:
+        """The variants' data where the step runs (a CUDA tensor on q's device, or a host array), as the
+        pointer keywords of _core.forward/backward; the buffers go into keep, alive until the call returns."""
+        def put(values, np_type):
+            if values is None or len(values) == 0:
+                return 0
+            if _is_tensor(like):
+                t = _torch()
+                x = t.as_tensor(np.asarray(values, dtype=np_type), device=like.device)
+            else:
+                x = np.ascontiguousarray(values, dtype=np_type)
+            keep.append(x)
+            return self._ptr(x)
+        return dict(alibi_slopes=put(slopes, np.float32),
+                    cu_seqlens_q=put(p["cu_seqlens_q"], np.int32),
+                    cu_seqlens_k=put(p["cu_seqlens_k"], np.int32),
+                    seqused_k=put(p["seqused_k"], np.int32))
 
     def _alloc(self, like, shape, dtype=None, nbytes=None):
         """An output poisoned with NaN (0xFF bytes for the workspace: NaN in every float type), so an
@@ -626,47 +644,61 @@ class Step:
     def _device(self, like):
         return _torch().cuda.device(like.device) if self.gpu else contextlib.nullcontext()
 
-    def __call__(self, q, k, v, *, causal: bool = False, scale: Optional[float] = None):
-        """The step's forward: (o, lse), o in the inputs' dtype, lse float32 [B, H, Nq]."""
+    @staticmethod
+    def _problem(q, k, v, do, variants):
+        return _problem(q, k, v, do, **variants)
+
+    def __call__(self, q, k, v, *, causal: bool = False, scale: Optional[float] = None, **variants):
+        """The step's forward: (o, lse), o in the inputs' dtype, lse float32 [B, H, Nq] ([H, total_q]
+        packed). The variants' keywords are oracle()'s (window, softcap, alibi_slopes, cu_seqlens_q,
+        cu_seqlens_k, seqused_k); a step that does not run one refuses it, naming the steps that do."""
         causal, scale = _options(causal, scale)
-        p = _shape_problem(q, k, v)
+        p, var, slopes = self._problem(q, k, v, None, variants)
         (q, k, v), kind = self._take({"q": q, "k": k, "v": v})
-        self._refuse(p, causal, scale, kind, False)
+        self._refuse(p, causal, scale, kind, False, var)
         lse_type = _torch().float32 if _is_tensor(q) else np.float32
+        keep = []
         with self._device(q):
             ws = _core.workspace_bytes(self.folder, p["B"], p["H"], p["H_kv"], p["Nq"], p["Nk"], p["d"], causal,
-                                       scale, kind, False)
+                                       scale, kind, False, variants=var)
             o = self._alloc(q, q.shape)
-            lse = self._alloc(q, (p["B"], p["H"], p["Nq"]), dtype=lse_type)
+            lse = self._alloc(q, _shapes(p)[2], dtype=lse_type)
             w = self._alloc(q, None, nbytes=ws)
             _core.forward(self.folder, p["B"], p["H"], p["H_kv"], p["Nq"], p["Nk"], p["d"], causal, scale, kind,
                           self._ptr(q), self._ptr(k), self._ptr(v), self._ptr(o), self._ptr(lse), self._ptr(w),
-                          self._stream(q))
+                          self._stream(q), variants=var, **self._variant_data(q, p, slopes, keep))
+            if keep and self.gpu:  # the launch is asynchronous: the variants' buffers outlive it
+                _torch().cuda.current_stream(q.device).synchronize()
         return o, lse
 
-    def backward(self, q, k, v, o, lse, do, *, causal: bool = False, scale: Optional[float] = None):
+    def backward(self, q, k, v, o, lse, do, *, causal: bool = False, scale: Optional[float] = None, **variants):
         """The step's backward from its own forward's o and lse: (dq, dk, dv) in the inputs' dtype."""
         causal, scale = _options(causal, scale)
-        p = _shape_problem(q, k, v, do)
+        p, var, slopes = self._problem(q, k, v, do, variants)
         if tuple(o.shape) != tuple(q.shape):
             raise ValueError(f"o has shape {list(o.shape)} but q {list(q.shape)}: they must agree")
-        if tuple(lse.shape) != (p["B"], p["H"], p["Nq"]):
-            raise ValueError(f"lse has shape {list(lse.shape)}; it must be [B, H, Nq] = {[p['B'], p['H'], p['Nq']]}")
+        want_lse = tuple(_shapes(p)[2])
+        if tuple(lse.shape) != want_lse:
+            raise ValueError(f"lse has shape {list(lse.shape)}; it must be {list(want_lse)}")
         if _kind(lse, "lse") != "fp32":
             raise TypeError(f"lse must be float32 (the step's forward gives it so), not {_kind(lse, 'lse')}")
         (q, k, v, o, do), kind = self._take({"q": q, "k": k, "v": v, "o": o, "do": do})
         (lse,), _ = self._take({"lse": lse})
         if _is_tensor(lse) != _is_tensor(q) or (_is_tensor(q) and lse.device != q.device):
             raise TypeError("lse must be of the same kind and device as q")
-        self._refuse(p, causal, scale, kind, True)
+        self._refuse(p, causal, scale, kind, True, var)
+        keep = []
         with self._device(q):
             ws = _core.workspace_bytes(self.folder, p["B"], p["H"], p["H_kv"], p["Nq"], p["Nk"], p["d"], causal,
-                                       scale, kind, True)
+                                       scale, kind, True, variants=var)
             dq, dk, dv = self._alloc(q, q.shape), self._alloc(k, k.shape), self._alloc(v, v.shape)
             w = self._alloc(q, None, nbytes=ws)
             _core.backward(self.folder, p["B"], p["H"], p["H_kv"], p["Nq"], p["Nk"], p["d"], causal, scale, kind,
                            self._ptr(q), self._ptr(k), self._ptr(v), self._ptr(o), self._ptr(lse), self._ptr(do),
-                           self._ptr(dq), self._ptr(dk), self._ptr(dv), self._ptr(w), self._stream(q))
+                           self._ptr(dq), self._ptr(dk), self._ptr(dv), self._ptr(w), self._stream(q), variants=var,
+                           **self._variant_data(q, p, slopes, keep))
+            if keep and self.gpu:
+                _torch().cuda.current_stream(q.device).synchronize()
         return dq, dk, dv
 
 

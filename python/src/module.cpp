@@ -55,8 +55,9 @@ struct Variants {
   std::vector<int32_t> cu_seqlens_q, cu_seqlens_k, seqused_k;
 };
 
-fl::Problem make_problem(int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64_t d, bool causal,
-                         std::optional<double> scale, const std::string& dtype, const Variants& v = {}) {
+// The problem, unchecked (refusal() reports what is wrong with it as text).
+fl::Problem problem_of(int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64_t d, bool causal,
+                       std::optional<double> scale, const std::string& dtype, const Variants& v) {
   fl::Problem p;
   p.B = B; p.H = H; p.H_kv = H_kv; p.Nq = Nq; p.Nk = Nk; p.d = d;
   p.causal = causal;
@@ -71,6 +72,12 @@ fl::Problem make_problem(int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t
   p.cu_seqlens_q = v.cu_seqlens_q;
   p.cu_seqlens_k = v.cu_seqlens_k;
   p.seqused_k = v.seqused_k;
+  return p;
+}
+
+fl::Problem make_problem(int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64_t d, bool causal,
+                         std::optional<double> scale, const std::string& dtype, const Variants& v = {}) {
+  fl::Problem p = problem_of(B, H, H_kv, Nq, Nk, d, causal, scale, dtype, v);
   p.validate();
   return p;
 }
@@ -266,13 +273,10 @@ py::list steps() {
 // "" when the step can run the problem; otherwise the step's own refusal (steps/ladder.cpp), which
 // names the limit, or that it has no backward pass.
 std::string refusal(const std::string& name, int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64_t d,
-                    bool causal, std::optional<double> scale, const std::string& dtype, bool backward) {
+                    bool causal, std::optional<double> scale, const std::string& dtype, bool backward,
+                    const Variants& var) {
   const fl::Step& s = find(name);
-  fl::Problem p;
-  p.B = B; p.H = H; p.H_kv = H_kv; p.Nq = Nq; p.Nk = Nk; p.d = d;
-  p.causal = causal;
-  p.scale = scale;
-  p.dtype = dtype_of(dtype);
+  const fl::Problem p = problem_of(B, H, H_kv, Nq, Nk, d, causal, scale, dtype, var);
   std::string why = s.refusal(p);
   if (why.empty() && backward && !s.has_backward()) why = "step " + s.folder + " has no backward pass";
   return why;
@@ -281,37 +285,53 @@ std::string refusal(const std::string& name, int64_t B, int64_t H, int64_t H_kv,
 // Runs the step's forward on pointers the caller owns (host memory for CPU steps, device memory for
 // GPU steps, launched on `stream`). The refusal is checked again here, so nothing is launched on a
 // problem the step refuses, whoever calls.
+// The variants' pointers (where the step runs; 0 where unused) on a step's arguments.
+template <class Args>
+Args with_variants(Args a, uintptr_t slopes, uintptr_t cu_q, uintptr_t cu_k, uintptr_t used) {
+  a.alibi_slopes = reinterpret_cast<const float*>(slopes);
+  a.cu_seqlens_q = reinterpret_cast<const int32_t*>(cu_q);
+  a.cu_seqlens_k = reinterpret_cast<const int32_t*>(cu_k);
+  a.seqused_k = reinterpret_cast<const int32_t*>(used);
+  return a;
+}
+
 void forward(const std::string& name, int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64_t d,
              bool causal, std::optional<double> scale, const std::string& dtype, uintptr_t q, uintptr_t k,
-             uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t ws, uintptr_t stream) {
-  const std::string why = refusal(name, B, H, H_kv, Nq, Nk, d, causal, scale, dtype, false);
+             uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t ws, uintptr_t stream, const Variants& var,
+             uintptr_t slopes, uintptr_t cu_q, uintptr_t cu_k, uintptr_t used) {
+  const std::string why = refusal(name, B, H, H_kv, Nq, Nk, d, causal, scale, dtype, false, var);
   if (!why.empty()) throw fl::Error(why);
   const fl::Step& s = find(name);
-  const fl::Problem p = make_problem(B, H, H_kv, Nq, Nk, d, causal, scale, dtype);
+  const fl::Problem p = make_problem(B, H, H_kv, Nq, Nk, d, causal, scale, dtype, var);
   py::gil_scoped_release nogil;
-  s.impl->forward(p, {(const void*)q, (const void*)k, (const void*)v, (void*)o, (float*)lse, (void*)ws,
-                      (void*)stream});
+  s.impl->forward(p, with_variants(fl::ForwardArgs{(const void*)q, (const void*)k, (const void*)v, (void*)o, (float*)lse,
+                                                   (void*)ws, (void*)stream},
+                                   slopes, cu_q, cu_k, used));
 }
 
 void backward(const std::string& name, int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64_t d,
               bool causal, std::optional<double> scale, const std::string& dtype, uintptr_t q, uintptr_t k,
               uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t dO, uintptr_t dq, uintptr_t dk, uintptr_t dv,
-              uintptr_t ws, uintptr_t stream) {
-  const std::string why = refusal(name, B, H, H_kv, Nq, Nk, d, causal, scale, dtype, true);
+              uintptr_t ws, uintptr_t stream, const Variants& var, uintptr_t slopes, uintptr_t cu_q, uintptr_t cu_k,
+              uintptr_t used) {
+  const std::string why = refusal(name, B, H, H_kv, Nq, Nk, d, causal, scale, dtype, true, var);
   if (!why.empty()) throw fl::Error(why);
   const fl::Step& s = find(name);
-  const fl::Problem p = make_problem(B, H, H_kv, Nq, Nk, d, causal, scale, dtype);
+  const fl::Problem p = make_problem(B, H, H_kv, Nq, Nk, d, causal, scale, dtype, var);
   py::gil_scoped_release nogil;
-  s.impl->backward(p, {(const void*)q, (const void*)k, (const void*)v, (const void*)o, (const float*)lse,
-                       (const void*)dO, (void*)dq, (void*)dk, (void*)dv, (void*)ws, (void*)stream});
+  s.impl->backward(p, with_variants(fl::BackwardArgs{(const void*)q, (const void*)k, (const void*)v, (const void*)o,
+                                                     (const float*)lse, (const void*)dO, (void*)dq, (void*)dk, (void*)dv,
+                                                     (void*)ws, (void*)stream},
+                                    slopes, cu_q, cu_k, used));
 }
 
 size_t workspace_bytes(const std::string& name, int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk,
-                       int64_t d, bool causal, std::optional<double> scale, const std::string& dtype, bool backward) {
-  const std::string why = refusal(name, B, H, H_kv, Nq, Nk, d, causal, scale, dtype, backward);
+                       int64_t d, bool causal, std::optional<double> scale, const std::string& dtype, bool backward,
+                       const Variants& var) {
+  const std::string why = refusal(name, B, H, H_kv, Nq, Nk, d, causal, scale, dtype, backward, var);
   if (!why.empty()) throw fl::Error(why);
   const fl::Step& s = find(name);
-  const fl::Problem p = make_problem(B, H, H_kv, Nq, Nk, d, causal, scale, dtype);
+  const fl::Problem p = make_problem(B, H, H_kv, Nq, Nk, d, causal, scale, dtype, var);
   return backward ? s.impl->backward_workspace_bytes(p) : s.impl->workspace_bytes(p);
 }
 
@@ -346,11 +366,14 @@ PYBIND11_MODULE(_core, m) {
   m.def("steps", &steps);
   m.def("step_info", [](const std::string& name) { return describe(find(name)); }, "name"_a);
   m.def("refusal", &refusal, "name"_a, "B"_a, "H"_a, "H_kv"_a, "Nq"_a, "Nk"_a, "d"_a, "causal"_a, "scale"_a,
-        "dtype"_a, "backward"_a);
+        "dtype"_a, "backward"_a, "variants"_a = Variants{});
   m.def("workspace_bytes", &workspace_bytes, "name"_a, "B"_a, "H"_a, "H_kv"_a, "Nq"_a, "Nk"_a, "d"_a, "causal"_a,
-        "scale"_a, "dtype"_a, "backward"_a);
+        "scale"_a, "dtype"_a, "backward"_a, "variants"_a = Variants{});
+  // The variants' data as pointers where the step runs (0: unused), held alive by the caller.
   m.def("forward", &forward, "name"_a, "B"_a, "H"_a, "H_kv"_a, "Nq"_a, "Nk"_a, "d"_a, "causal"_a, "scale"_a,
-        "dtype"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "ws"_a, "stream"_a);
+        "dtype"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "ws"_a, "stream"_a, "variants"_a = Variants{},
+        "alibi_slopes"_a = 0, "cu_seqlens_q"_a = 0, "cu_seqlens_k"_a = 0, "seqused_k"_a = 0);
   m.def("backward", &backward, "name"_a, "B"_a, "H"_a, "H_kv"_a, "Nq"_a, "Nk"_a, "d"_a, "causal"_a, "scale"_a,
-        "dtype"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "do"_a, "dq"_a, "dk"_a, "dv"_a, "ws"_a, "stream"_a);
+        "dtype"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "do"_a, "dq"_a, "dk"_a, "dv"_a, "ws"_a, "stream"_a,
+        "variants"_a = Variants{}, "alibi_slopes"_a = 0, "cu_seqlens_q"_a = 0, "cu_seqlens_k"_a = 0, "seqused_k"_a = 0);
 }

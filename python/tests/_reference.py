@@ -82,3 +82,102 @@ def bf16_bits(x):
 
 def from_bf16_bits(a):
     return (a.astype("<u4") << 16).view("<f4")
+
+
+# --- The variants of issue 21 (docs/variants.md), written out here in numpy -----------------------------
+
+def variant_visible(nq, nk, causal, window=(-1, -1)):
+    """Query i sees key j iff (not causal or j <= diag) and the window holds it, diag = i + nk - nq."""
+    i = np.arange(nq)[:, None]
+    j = np.arange(nk)[None, :]
+    diag = i + nk - nq
+    ok = np.ones((nq, nk), dtype=bool)
+    if causal:
+        ok &= j <= diag
+    if window[0] >= 0:
+        ok &= j >= diag - window[0]
+    if window[1] >= 0:
+        ok &= j <= diag + window[1]
+    return ok
+
+
+def _one(q, k, v, do, causal, scale, window, softcap, slopes):
+    """One problem [B, H, Nq, d] with every variant but varlen: logits cap(scale q.k) - slope |diag - j|,
+    the softcap's derivative 1 - tanh² in the backward, ALiBi's bias without one."""
+    B, H, Nq, d = q.shape
+    H_kv, Nk = k.shape[1], k.shape[2]
+    g = H // H_kv
+    kx, vx = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
+    x = scale * q @ kx.swapaxes(-1, -2)
+    t = np.tanh(x / softcap) if softcap is not None else None
+    s = softcap * t if softcap is not None else x
+    if slopes is not None:  # [B, H]
+        dist = np.abs(np.arange(Nq)[:, None] + Nk - Nq - np.arange(Nk)[None, :])
+        s = s - slopes[:, :, None, None] * dist
+    s = np.where(variant_visible(Nq, Nk, causal, window), s, -np.inf)
+    m = s.max(axis=-1, keepdims=True) if Nk else np.full((B, H, Nq, 1), -np.inf)
+    seen = np.isfinite(m)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        e = np.where(seen, np.exp(s - np.where(seen, m, 0)), 0.0)
+        l = e.sum(axis=-1, keepdims=True)
+        p = np.where(seen, e / np.where(seen, l, 1), 0.0)
+        lse = np.where(seen, m + np.log(np.where(seen, l, 1)), np.inf)[..., 0]
+    o = p @ vx
+    if do is None:
+        return o, lse
+    dvx = p.swapaxes(-1, -2) @ do
+    dp = do @ vx.swapaxes(-1, -2)
+    ds = p * (dp - (do * o).sum(axis=-1, keepdims=True))
+    if softcap is not None:
+        ds = ds * (1 - t * t)
+    dq = scale * ds @ kx
+    dkx = scale * ds.swapaxes(-1, -2) @ q
+    return o, lse, dq, dkx.reshape(B, H_kv, g, Nk, d).sum(axis=2), dvx.reshape(B, H_kv, g, Nk, d).sum(axis=2)
+
+
+def attention_variants(q, k, v, causal=False, scale=None, do=None, window=(-1, -1), softcap=None, slopes=None,
+                       cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None):
+    """The oracle's answer by the definition: plain [B, H, N, d] tensors, or packed [total, H, d] ones
+    with cu_seqlens (each sequence its own problem; lse [H, total_q]). slopes: [H] or [B, H]."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    do = None if do is None else np.asarray(do, dtype=np.float64)
+    d = q.shape[-1]
+    scale = 1 / np.sqrt(d) if scale is None else scale
+    packed = cu_seqlens_q is not None
+    B = len(cu_seqlens_q) - 1 if packed else q.shape[0]
+    H = q.shape[-2] if packed else q.shape[1]
+    sl = None if slopes is None else np.broadcast_to(np.asarray(slopes, dtype=np.float64), (B, H))
+    if not packed and seqused_k is None:
+        return _one(q, k, v, do, causal, scale, window, softcap, sl)
+    outs = [np.zeros_like(q), np.full((H, q.shape[0]) if packed else q.shape[:3], np.inf)]
+    if do is not None:
+        outs += [np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)]
+    for b in range(B):
+        if packed:
+            qs, ks = slice(cu_seqlens_q[b], cu_seqlens_q[b + 1]), slice(cu_seqlens_k[b], cu_seqlens_k[b + 1])
+            nk = ks.stop - ks.start if seqused_k is None else seqused_k[b]
+            take_q = lambda x: x[qs].transpose(1, 0, 2)[None]  # noqa: E731  [1, H, n, d]
+            take_k = lambda x: x[ks][:nk].transpose(1, 0, 2)[None]  # noqa: E731
+        else:
+            nk = seqused_k[b]
+            take_q = lambda x: x[b:b + 1]  # noqa: E731
+            take_k = lambda x: x[b:b + 1, :, :nk]  # noqa: E731
+        if take_q(q).shape[2] == 0:
+            continue
+        r = _one(take_q(q), take_k(k), take_k(v), None if do is None else take_q(do), causal, scale, window,
+                 softcap, None if sl is None else sl[b:b + 1])
+        if packed:
+            outs[0][qs] = r[0][0].transpose(1, 0, 2)
+            outs[1][:, qs] = r[1][0]
+            if do is not None:
+                outs[2][qs] = r[2][0].transpose(1, 0, 2)
+                outs[3][ks.start:ks.start + nk] = r[3][0].transpose(1, 0, 2)
+                outs[4][ks.start:ks.start + nk] = r[4][0].transpose(1, 0, 2)
+        else:
+            outs[0][b] = r[0][0]
+            outs[1][b] = r[1][0]
+            if do is not None:
+                outs[2][b] = r[2][0]
+                outs[3][b, :, :nk] = r[3][0]
+                outs[4][b, :, :nk] = r[4][0]
+    return tuple(outs)
