@@ -12,7 +12,7 @@
 // the workspace it reports is the partials' size, and a bad FLASHLADDER_SPLITS is refused with the
 // reason.
 //
-// Last, the variants a decode batch has (issue 21), on the GPU steps that list them (step 10; 08j for a
+// Last, the variants a decode batch has (issue 21), on the GPU steps that list them (step 10; 08j, 08k, 09d for a
 // window alone): caches filled to different lengths (seqused_k, down to no key at all), the sliding
 // window (w, 0) with causal and without, a window larger than the cache, both edges, GQA up to 8, each
 // with step 10's forced splits too. The cache rows past seqused_k[b] hold NaN, so a kernel that reads
@@ -267,7 +267,7 @@ const std::vector<VariantDecodeCase>& variant_cases() {
       {"gqa4_nq4_window_0_0_seqused", 2, 8, 2, 4, 500, 64, false, 0, 0, {500, 3}, DType::f16},
       // Speculative decoding: 16 rows, four row tiles per K/V head, one cache shorter than Nq + the window.
       {"gqa4_nq16_causal_window_500_0_seqused", 2, 8, 2, 16, 6000, 128, true, 500, 0, {6000, 20}, DType::bf16},
-      // A window alone (no seqused_k): 08j runs it too.
+      // A window alone (no seqused_k): the forward steps with a window run it too.
       {"gqa8_nq1_window_1024_0", 2, 32, 4, 1, 8192, 128, false, 1024, 0, {}, DType::f16},
   };
   return c;

@@ -448,8 +448,9 @@ int64_t requested_splits() {
 // when given: the grid's S is one for all sequences, and the longest sets the time; a shorter one's
 // chunks are shorter, or empty), and with a window's left edge at most Nq + left of them: a tile's
 // rows i ∈ [0, Nq) start at key_lo(0) = n_k − Nq − left at the earliest and end at n_k at the latest.
-// Counting Nk instead would split a window of 4096 keys in a cache of 131072 as if it were the
-// whole cache: chunks of ~16 keys, most of the splits empty, a partial each.
+// Counting Nk instead would split a window as if the whole cache were read: on 132 SMs a window of
+// 256 keys (17 key tiles) in a cache of 131072 would get the cache's 30 splits, 13 of them empty, 30
+// partials and a merge for 257 keys; counted as visited, it gets none (the 256-key floor).
 int64_t keys_visited(const Problem& p) {
   int64_t n = 0;
   for (int64_t b = 0; b < p.B; ++b) n = std::max(n, p.seqlen_k(b));
