@@ -123,7 +123,8 @@ const std::vector<Step>& ladder() {
        /*deterministic_backward=*/true, kWindow | kSoftcap | kAlibi},
       {"10", "10_split_kv",
        "split-KV decoding: the keys split across thread blocks too, partials merged by the logsumexp rule; GQA heads packed into one tile",
-       Where::gpu, false, kGpuTypes, DecodeD::list(), FL_GPU(s10::impl), "08d"},
+       Where::gpu, false, kGpuTypes, DecodeD::list(), FL_GPU(s10::impl), "08d", Arch::any, false,
+       kWindow | kSeqused},
   };
   return steps;
 }

@@ -11,11 +11,18 @@
 // Then its own properties: the heuristic splits the small decode grids and leaves large grids whole,
 // the workspace it reports is the partials' size, and a bad FLASHLADDER_SPLITS is refused with the
 // reason.
+//
+// Last, the variants a decode batch has (issue 21), on the GPU steps that list them (step 10; 08j, 08k, 09d for a
+// window alone): caches filled to different lengths (seqused_k, down to no key at all), the sliding
+// window (w, 0) with causal and without, a window larger than the cache, both edges, GQA up to 8, each
+// with step 10's forced splits too. The cache rows past seqused_k[b] hold NaN, so a kernel that reads
+// one into a product fails; and the splits are counted from the keys visited, not from Nk.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <limits>
 #include <tuple>
 
 #include "app/cases.hpp"  // PrintTo(const Step*)
@@ -229,6 +236,170 @@ TEST(SplitKv, TheHeuristicSplitsSmallDecodeGridsOnly) {
   Problem prefill;
   prefill.B = 1; prefill.H = prefill.H_kv = 16; prefill.Nq = prefill.Nk = 65536; prefill.d = 128;
   EXPECT_EQ(s->impl->workspace_bytes(prefill), 0u);
+}
+
+// ---- The variants of a decode batch (issue 21) ------------------------------------------------------
+struct VariantDecodeCase {
+  const char* name;
+  int64_t B, H, H_kv, Nq, Nk, d;
+  bool causal;
+  int64_t left, right;          // the window; −1 unbounded
+  std::vector<int32_t> used;    // seqused_k, one per sequence; empty: every sequence uses all Nk keys
+  DType t;
+};
+
+const std::vector<VariantDecodeCase>& variant_cases() {
+  static const std::vector<VariantDecodeCase> c = {
+      // Caches of different fill: all of it, 17 keys, part, none (that sequence's rows see no key).
+      {"gqa8_nq1_seqused_full_17_1500_0", 4, 32, 4, 1, 4100, 128, true, -1, -1, {4100, 17, 1500, 0}, DType::f16},
+      // Nq = 4 on a cache of 2 keys: its first two rows see none (bottom-right, per sequence).
+      {"gqa8_nq4_seqused_causal_rows_without_keys", 3, 16, 2, 4, 3000, 64, true, -1, -1, {3000, 2, 1025}, DType::bf16},
+      {"gqa8_nq4_seqused_not_causal", 2, 16, 2, 4, 2500, 128, false, -1, -1, {77, 2500}, DType::f16},
+      // The sliding window (w, 0): causal, and the same window without causal.
+      {"gqa8_nq1_causal_window_256_0_seqused", 3, 32, 4, 1, 8192, 128, true, 256, 0, {8192, 300, 5000}, DType::bf16},
+      {"gqa8_nq4_window_2000_0_seqused", 2, 16, 2, 4, 8192, 128, false, 2000, 0, {8192, 3001}, DType::f16},
+      {"gqa8_nq4_causal_window_2000_0_seqused", 2, 16, 2, 4, 8192, 64, true, 2000, 0, {3001, 8192}, DType::bf16},
+      // A window larger than the cache (every key of the sequence is in it).
+      {"mqa8_nq1_causal_window_5000_larger_than_cache", 3, 8, 1, 1, 2000, 64, true, 5000, 0, {2000, 100, 1}, DType::f16},
+      // Both edges, a left edge only, a window of one key; Nq = 3 with G = 8 wraps row tiles across heads.
+      {"mha_nq3_window_100_8_seqused", 2, 4, 4, 3, 1000, 64, false, 100, 8, {1000, 50}, DType::bf16},
+      {"gqa8_nq3_window_64_none_seqused", 2, 16, 2, 3, 2048, 128, false, 64, -1, {2048, 700}, DType::f16},
+      {"gqa4_nq4_window_0_0_seqused", 2, 8, 2, 4, 500, 64, false, 0, 0, {500, 3}, DType::f16},
+      // Speculative decoding: 16 rows, four row tiles per K/V head, one cache shorter than Nq + the window.
+      {"gqa4_nq16_causal_window_500_0_seqused", 2, 8, 2, 16, 6000, 128, true, 500, 0, {6000, 20}, DType::bf16},
+      // A window alone (no seqused_k): the forward steps with a window run it too.
+      {"gqa8_nq1_window_1024_0", 2, 32, 4, 1, 8192, 128, false, 1024, 0, {}, DType::f16},
+  };
+  return c;
+}
+
+Problem problem_of(const VariantDecodeCase& c) {
+  Problem p;
+  p.B = c.B; p.H = c.H; p.H_kv = c.H_kv; p.Nq = c.Nq; p.Nk = c.Nk; p.d = c.d; p.causal = c.causal; p.dtype = c.t;
+  p.window_left = c.left;
+  p.window_right = c.right;
+  p.seqused_k = c.used;
+  return p;
+}
+
+struct VariantParam {
+  const VariantDecodeCase* c;
+  const Step* s;
+  std::string splits;  // as Param::splits
+};
+
+void PrintTo(const VariantParam& x, std::ostream* os) {
+  *os << x.c->name << " " << x.s->folder << (x.splits.empty() ? "" : " FLASHLADDER_SPLITS=" + x.splits);
+}
+
+std::vector<VariantParam> variant_params() {
+  std::vector<VariantParam> out;
+  for (const VariantDecodeCase& c : variant_cases())
+    for (const Step& s : ladder()) {
+      const Problem p = problem_of(c);
+      if (!s.gpu() || !s.supports_d(c.d) || !s.supports_dtype(c.t) || (variants_of(p) & ~s.variants) != 0) continue;
+      out.push_back({&c, &s, ""});
+      if (s.number == "10")
+        for (const char* n : {"1", "3", "200"}) out.push_back({&c, &s, n});
+    }
+  return out;
+}
+
+class DecodeVariants : public ::testing::TestWithParam<VariantParam> {};
+
+TEST_P(DecodeVariants, MatchesOracle) {
+  FL_NEED_GPU();
+  const VariantParam& x = GetParam();
+  const Step& s = *x.s;
+  const SplitsEnv env(x.splits);
+  const Problem p = problem_of(*x.c);
+  ASSERT_EQ(s.refusal(p), "") << s.folder << " lists the variants of " << p.describe() << " but refuses it";
+  const uint64_t seed = 17100 + uint64_t(x.c - variant_cases().data());
+  Inputs in = make_inputs(p, seed);
+  // The cache rows a sequence does not use hold NaN (an unfilled cache holds anything): the oracle
+  // never reads them, and a kernel that multiplies one into O (even by P = 0) makes O NaN and fails.
+  for (int64_t b = 0; b < p.B && !p.seqused_k.empty(); ++b)
+    for (int64_t hk = 0; hk < p.H_kv; ++hk)
+      for (int64_t j = p.seqlen_k(b); j < p.Nk; ++j)
+        for (int64_t c = 0; c < p.d; ++c) {
+          in.k[size_t(p.kv_row(b, hk, j) + c)] = std::numeric_limits<float>::quiet_NaN();
+          in.v[size_t(p.kv_row(b, hk, j) + c)] = std::numeric_limits<float>::quiet_NaN();
+        }
+  const Outputs got = run_step(s, in);
+  const Verdict v = verify(in, got, expected_for(in, false), false);
+  ASSERT_EQ(v.checks.size(), 2u);
+  for (const Check& c : v.checks)
+    EXPECT_TRUE(c.pass) << s.folder << " " << p.describe() << " seed " << seed
+                        << (x.splits.empty() ? "" : " FLASHLADDER_SPLITS=" + x.splits) << "\n  " << c.summary();
+  std::cout << "  [" << s.folder << (x.splits.empty() ? "" : " S=" + x.splits) << "] " << x.c->name << " "
+            << p.describe() << "  workspace " << s.impl->workspace_bytes(p) << " bytes  tolerance used "
+            << 100 * v.tol_used << "%\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, DecodeVariants, ::testing::ValuesIn(variant_params()),
+                         [](const ::testing::TestParamInfo<VariantParam>& i) {
+                           return std::string(i.param.c->name) + "__" + i.param.s->folder +
+                                  (i.param.splits.empty() ? "" : "_S" + i.param.splits);
+                         });
+
+// Step 10 lists the window and seqused_k, so every case above runs on it (none is skipped silently);
+// the GPU steps that do not list seqused_k refuse it, naming the variant and step 10.
+TEST(SplitKv, RunsTheDecodeVariantsAndOthersRefuseSeqused) {
+  const Step* s = step10();
+  if (!s) GTEST_SKIP() << "step 10 is not in this build (no nvcc)";
+  for (const VariantDecodeCase& c : variant_cases()) EXPECT_EQ(s->why_not(problem_of(c)), "") << c.name;
+  const Problem p = problem_of(variant_cases()[0]);
+  for (const Step& o : ladder()) {
+    if (!o.gpu() || (o.variants & kSeqused) || !o.supports_d(p.d) || !o.supports_dtype(p.dtype)) continue;
+    const std::string why = o.why_not(p);
+    EXPECT_NE(why.find("seqused_k"), std::string::npos) << o.folder << ": " << why;
+    EXPECT_NE(why.find("10_split_kv"), std::string::npos) << o.folder << ": " << why;
+  }
+}
+
+// The splits divide the keys a row tile visits, not the cache: FLASHLADDER_SPLITS is clamped to one
+// split per 16 of them. A window of 100 keys at Nq = 1 visits 101 (7 splits); caches used up to 50
+// keys, 4; a window larger than caches of at most 40 keys, 3; caches with no key, 1 (no workspace).
+TEST(SplitKv, TheSplitsCountTheKeysVisited) {
+  const Step* s = step10();
+  if (!s) GTEST_SKIP() << "step 10 is not in this build (no nvcc)";
+  const SplitsEnv env("100000");
+  Problem p = decode_problem(3, 8, 1, 5000);
+  const size_t per_split = size_t(p.lse_elems()) * size_t(p.d + 1) * 4;
+  EXPECT_EQ(s->impl->workspace_bytes(p), 256 * per_split);  // the plain problem: 313 tiles, clamped to 256
+  p.window_left = 100;
+  p.window_right = 0;
+  EXPECT_EQ(s->impl->workspace_bytes(p), 7 * per_split);
+  p.window_left = p.window_right = -1;
+  p.seqused_k = {50, 3, 0};
+  EXPECT_EQ(s->impl->workspace_bytes(p), 4 * per_split);
+  p.seqused_k = {40, 2, 1};
+  p.window_left = 100000;
+  p.window_right = 0;
+  EXPECT_EQ(s->impl->workspace_bytes(p), 3 * per_split);
+  p.seqused_k = {0, 0, 0};
+  EXPECT_EQ(s->impl->workspace_bytes(p), 0u);
+}
+
+// The heuristic reads the keys visited too: a window of 4096 keys in a cache of 131072 gets at most
+// the splits 4097 keys allow (16 at the 256-key floor), one of 256 keys none, where the whole cache
+// gets a full wave's worth (29–30 on 132 SMs).
+TEST(SplitKv, TheHeuristicSplitsAWindowByItsOwnKeys) {
+  FL_NEED_GPU();
+  const Step* s = step10();
+  ASSERT_TRUE(s) << "step 10 is not in this CUDA build";
+  const SplitsEnv env("");
+  Problem p = decode_problem(1, 8, 1, 131072);
+  const size_t per_split = size_t(p.lse_elems()) * size_t(p.d + 1) * 4;
+  const size_t whole = s->impl->workspace_bytes(p) / per_split;
+  p.window_left = 4096;
+  p.window_right = 0;
+  const size_t windowed = s->impl->workspace_bytes(p) / per_split;
+  std::cout << "  " << p.describe() << ": S = " << windowed << " (the whole cache: " << whole << ")\n";
+  EXPECT_LE(windowed, 16u);
+  EXPECT_LE(windowed, whole);
+  p.window_left = 256;
+  EXPECT_EQ(s->impl->workspace_bytes(p), 0u) << p.describe();
 }
 
 }  // namespace

@@ -33,6 +33,14 @@
 //    warps' (m, ℓ, O) are merged at the end through shared memory by the same rule in base 2 (the
 //    merge inside a block), then the blocks' by the merge kernel.
 //
+// The variants a decode batch needs (issue 21), the same diff as 08j's against 08i: per-sequence cache
+// lengths (seqused_k: sequence b uses the first seqused_k[b] of the Nk cached keys, its diagonal is
+// seqused_k[b] − Nq) and the sliding window (the mask gains a left edge, and the splits divide only the
+// keys a row tile can see, so a window of w keys reads ~w keys, not the cache). Softcap and ALiBi are
+// refused (issue 21 asks neither of the decode step): neither is 08j's one line here. A tile mixes the
+// G query heads of a group, so ALiBi's slope is one per packed row, not per block; a softcap puts m in
+// logit units, which the merge inside the block and L_s read too.
+//
 // Tensor cores (mma.sync m16n8k16, 08d's fragments), not CUDA cores: the 16-row tile is padded (at
 // Nq = 1, G = 4 three quarters of each mma is wasted), but an m16n8k16 is one warp instruction for
 // 2048 multiply-adds where an FFMA is 32: 16× fewer instructions at 4 real rows, 64× at 16. The issue
@@ -49,6 +57,7 @@
 #include "steps/device/math.cuh"
 #include "steps/device/mma.cuh"
 #include "steps/launch.cuh"
+#include "steps/variants.cuh"  // VariantArgs: the window, causal folded in
 
 namespace fl::s10 {
 
@@ -118,8 +127,9 @@ template <class T, int d>
 __global__ void __launch_bounds__(kThreads)
 attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                  T* __restrict__ O, float* __restrict__ L, float* __restrict__ O_part,
-                 float* __restrict__ L_part, int64_t M, int Nq, int Nk, int64_t T_r, int S,
-                 int64_t rows_total, float scale, bool causal) {
+                 float* __restrict__ L_part, int64_t M, int Nq, int Nk, int64_t H_kv, int64_t T_r, int S,
+                 int64_t rows_total, float scale, bool causal, const int32_t* __restrict__ seqused_k,
+                 VariantArgs var) {
   constexpr int kStages = Tiles<d>::kStages, kTileElems = Tiles<d>::kTileElems;
   const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
   extern __shared__ __align__(128) unsigned char smem[];
@@ -141,31 +151,44 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   const T* K_g = K + bh * Nk * d;        // K: [Nk][d] of K/V head h_kv
   const T* V_g = V + bh * Nk * d;        // V: [Nk][d]
 
-  // Causal, bottom-right: query i sees key j iff j <= i + Nk − Nq. Packed row r is query i = r % Nq, so
-  // a tile's rows need not be in order (it can wrap from i = Nq − 1 to 0): the tile sees keys
-  // [0, n_end) (its largest i) and every row sees at least [0, n_min) (its smallest i).
-  const int diag = Nk - Nq;
+  // The keys this sequence uses: the first seqused_k[b] of the Nk rows its cache holds (a batch of
+  // decode requests whose caches are filled to different lengths), or all Nk. Every rule below reads
+  // them as its Nk: the diagonal is the sequence's own, and no key past n_k is loaded.
+  const int n_k = seqused_k ? seqused_k[bh / H_kv] : Nk;
+  // The window, bottom-right aligned (08j's key_lo, key_hi; causal is its right edge 0, folded in by
+  // VariantArgs): query i sees the keys [key_lo(i), key_hi(i)). Packed row r is query i = r % Nq, so a
+  // tile's rows need not be in order (it can wrap from i = Nq − 1 to 0); both edges move right with i,
+  // so the tile visits the keys [n_begin, n_end) (its smallest i starts them, its largest ends them)
+  // and every row sees at least [lo_max, n_min): the tiles outside it are the ones to mask.
+  const int diag = n_k - Nq;
+  auto key_lo = [&](int i) { return var.left < 0 ? 0 : max(0, i + diag - var.left); };
+  auto key_hi = [&](int i) { return var.right < 0 ? n_k : min(n_k, i + diag + var.right + 1); };
   const int i_first = int(r0 % Nq);
   const bool wraps = i_first + rows_here - 1 >= Nq;
   const int i_max = wraps ? Nq - 1 : i_first + rows_here - 1, i_min = wraps ? 0 : i_first;
-  auto seen = [&](int i) { return !causal ? Nk : i + diag + 1 < 0 ? 0 : i + diag + 1 > Nk ? Nk : i + diag + 1; };
-  const int n_end = seen(i_max), n_min = seen(i_min);
-  int last[2];  // this thread's rows g and g + 8 see keys [0, last); padded rows: all (never stored)
+  const int n_begin = key_lo(i_min), n_end = key_hi(i_max);
+  const int lo_max = key_lo(i_max), n_min = key_hi(i_min);
+  int first[2], last[2];  // this thread's rows g and g + 8 see keys [first, last); padded rows: all (never stored)
 #pragma unroll
-  for (int rr = 0; rr < 2; ++rr)
-    last[rr] = g + 8 * rr < rows_here ? seen((i_first + g + 8 * rr) % Nq) : Nk;
+  for (int rr = 0; rr < 2; ++rr) {
+    const int i = (i_first + g + 8 * rr) % Nq;
+    first[rr] = g + 8 * rr < rows_here ? key_lo(i) : 0;
+    last[rr] = g + 8 * rr < rows_here ? key_hi(i) : n_k;
+  }
 
-  // This split's warp tiles of B_w keys: [t_begin, t_end) of the tile's T_c; warp w takes t_begin + w,
-  // + w + 4, … (n_mine of them), so a partial last tile costs one warp one tile, not the block.
-  const int T_c = n_end > 0 ? (n_end + B_w - 1) / B_w : 0;
-  const int t_begin = int(int64_t(T_c) * s / S), t_end = int(int64_t(T_c) * (s + 1) / S);
+  // This split's warp tiles of B_w keys: [t_begin, t_end) of the T_c tiles the row tile visits, from
+  // tile j_first on (a window's first key, rounded down to a tile); warp w takes t_begin + w, + w + 4,
+  // … (n_mine of them), so a partial last tile costs one warp one tile, not the block.
+  const int j_first = n_begin / B_w;
+  const int T_c = n_end > n_begin ? (n_end + B_w - 1) / B_w - j_first : 0;
+  const int t_begin = j_first + int(int64_t(T_c) * s / S), t_end = j_first + int(int64_t(T_c) * (s + 1) / S);
   const int n_mine = t_end - t_begin > warp ? (t_end - t_begin - warp + kWarps - 1) / kWarps : 0;
   T* my_ring = ring + warp * kStages * 2 * kTileElems;
   auto load_kv = [&](int k) {  // this warp's k-th tile → slot k % kStages (copies not waited for)
     const int j0 = (t_begin + warp + kWarps * k) * B_w;
     T* K_s = my_ring + k % kStages * 2 * kTileElems;
-    load_rows<T, d, B_w, 32>(K_s, K_g + int64_t(j0) * d, Nk - j0, lane);
-    load_rows<T, d, B_w, 32>(K_s + kTileElems, V_g + int64_t(j0) * d, Nk - j0, lane);
+    load_rows<T, d, B_w, 32>(K_s, K_g + int64_t(j0) * d, n_k - j0, lane);  // keys past n_k: zeros, never read
+    load_rows<T, d, B_w, 32>(K_s + kTileElems, V_g + int64_t(j0) * d, n_k - j0, lane);
   };
 
   // ---- Prologue: Q (the whole block), then each warp's first kStages − 1 tiles, one group each
@@ -213,15 +236,18 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
       mma::mma_m16n8k16<T>(S_ij[1], q[kk], b1);
     }
 
-    // Mask only tiles that need it: keys at or past n_min (the causal edge of some row, or Nk).
-    if (j0 + B_w > n_min) {
+    // Mask only tiles that need it: keys left of lo_max (the window's left edge of some row) or at or
+    // past n_min (the causal or right edge of some row, or n_k).
+    if (j0 < lo_max || j0 + B_w > n_min) {
 #pragma unroll
       for (int rr = 0; rr < 2; ++rr)
 #pragma unroll
         for (int n = 0; n < 2; ++n)
 #pragma unroll
-          for (int e = 0; e < 2; ++e)
-            if (j0 + 8 * n + 2 * t + e >= last[rr]) S_ij[n][2 * rr + e] = -INFINITY;
+          for (int e = 0; e < 2; ++e) {
+            const int j = j0 + 8 * n + 2 * t + e;
+            if (j >= last[rr] || j < first[rr]) S_ij[n][2 * rr + e] = -INFINITY;
+          }
     }
 
     // Online softmax in base 2, exactly 08d's (see there for m_sub and __fmul_rn).
@@ -418,7 +444,21 @@ int64_t requested_splits() {
   return v;
 }
 
-// The number of key splits S for p (see README.md, "How many splits").
+// The keys a row tile visits at most: what the splits divide. The longest sequence's keys (seqused_k[b]
+// when given: the grid's S is one for all sequences, and the longest sets the time; a shorter one's
+// chunks are shorter, or empty), and with a window's left edge at most Nq + left of them: a tile's
+// rows i ∈ [0, Nq) start at key_lo(0) = n_k − Nq − left at the earliest and end at n_k at the latest.
+// Counting Nk instead would split a window as if the whole cache were read: on 132 SMs a window of
+// 256 keys (17 key tiles) in a cache of 131072 would get the cache's 30 splits, 13 of them empty, 30
+// partials and a merge for 257 keys; counted as visited, it gets none (the 256-key floor).
+int64_t keys_visited(const Problem& p) {
+  int64_t n = 0;
+  for (int64_t b = 0; b < p.B; ++b) n = std::max(n, p.seqlen_k(b));
+  return p.window_left >= 0 ? std::min(n, p.Nq + p.window_left) : n;
+}
+
+// The number of key splits S for p (see README.md, "How many splits"), from the keys a row tile
+// visits (keys_visited above; Nk for the plain problem).
 //  - At most kMaxSplits, at most one warp tile (16 keys) per split, and, unless FLASHLADDER_SPLITS
 //    asks for more, at least max(256, 32·rows) keys per split: a split costs a fixed prologue (Q, the
 //    ring filling) and a partial of rows·d·4 bytes written and read again, 2·rows/keys of the K/V
@@ -429,13 +469,14 @@ int64_t requested_splits() {
 //    num_splits_heuristic reasons the same way, with 85%).
 int splits(const Problem& p) {
   const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, B_r);
-  const int64_t cap = std::min<int64_t>(kMaxSplits, ceil_div<int64_t>(p.Nk, B_w));
+  const int64_t keys = keys_visited(p);
+  const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, ceil_div<int64_t>(keys, B_w)));
   const int64_t asked = requested_splits();
   if (asked > 0) return int(std::min(asked, cap));
   const DeviceFacts f = facts_for(p.d);
   if (f.sms <= 0 || f.blocks_per_sm <= 0) return 1;
   const int64_t rows = std::min<int64_t>(M, B_r);
-  const int64_t s_max = std::min(cap, p.Nk / std::max<int64_t>(256, 32 * rows));
+  const int64_t s_max = std::min(cap, keys / std::max<int64_t>(256, 32 * rows));
   if (s_max <= 1) return 1;
   const double blocks = double(p.B * p.H_kv * T_r), slots = double(f.sms) * f.blocks_per_sm;
   auto efficiency = [&](int64_t S) {
@@ -482,6 +523,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
   if (f.sms == 0)  // the query failed: set the attribute here, so that the failure is reported
     FL_CUDA(cudaFuncSetAttribute(attention_kernel<T, d>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  int(Tiles<d>::kSmem)));
+  if (!p.seqused_k.empty() && !a.seqused_k) throw Error("seqused_k needs its device copy: the call passed none");
   const int S = splits(p);
   const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, B_r), rows_total = p.lse_elems();
   const auto stream = static_cast<cudaStream_t>(a.stream);
@@ -489,7 +531,8 @@ void launch(const Problem& p, const ForwardArgs& a) {
   float* L_part = S > 1 ? O_part + size_t(S) * size_t(rows_total) * size_t(d) : nullptr;
   attention_kernel<T, d><<<dim3(unsigned(p.B * p.H_kv * T_r * S)), dim3(kThreads), Tiles<d>::kSmem, stream>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
-      a.lse, O_part, L_part, M, int(p.Nq), int(p.Nk), T_r, S, rows_total, float(p.softmax_scale()), p.causal);
+      a.lse, O_part, L_part, M, int(p.Nq), int(p.Nk), p.H_kv, T_r, S, rows_total, float(p.softmax_scale()), p.causal,
+      p.seqused_k.empty() ? nullptr : a.seqused_k, VariantArgs::of(p, a.alibi_slopes));
   FL_CUDA(cudaGetLastError());
   if (S == 1) return;
   cudaLaunchConfig_t cfg = {};
