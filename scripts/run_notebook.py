@@ -40,7 +40,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("notebook")
     ap.add_argument("--out", help="folder for the executed copy (default: a temporary folder)")
-    ap.add_argument("--img-dir", help="where results.ipynb writes its PNGs (default: <out>/img)")
+    ap.add_argument("--img-dir", help="where the notebook writes its PNGs (default: <out>/img/<notebook name>)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per cell")
     a = ap.parse_args()
 
@@ -69,7 +69,11 @@ def main() -> int:
     env = dict(os.environ)
     env["FLASHLADDER_ROOT"] = ROOT
     env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # quiets the kernel's debugger notes
-    env["FLASHLADDER_IMG_DIR"] = os.path.abspath(a.img_dir or os.path.join(out, "img"))
+    # One figure folder per notebook by default: the tests run the notebooks in parallel, and with one
+    # shared folder a notebook counted the figures another was writing as its own ("wrote 19 figure(s)
+    # but shows none", seen under ctest -j2).
+    stem = os.path.splitext(os.path.basename(a.notebook))[0]
+    env["FLASHLADDER_IMG_DIR"] = os.path.abspath(a.img_dir or os.path.join(out, "img", stem))
     cmd = [sys.executable, "-m", "nbconvert", "--to", "notebook", "--execute", f"--output-dir={out}",
            f"--ExecutePreprocessor.timeout={a.timeout}", "--ExecutePreprocessor.kernel_name=python3",
            nb_path]
