@@ -31,7 +31,7 @@ struct VariantArgs {
     return v;
   }
   /// The template bits of a variant kernel (ladder.hpp's Variant bits kSoftcap, kAlibi): a plain
-  /// problem's kernel is instantiated without them, so it runs its base step's instructions. The window
+  /// problem's kernel is instantiated without them, so it carries none of their instructions. The window
   /// is not a bit: its edges are tested where 08i and 09c test causal's.
   static int bits(const Problem& p) { return (p.softcap ? kSoftcap : 0) | (p.alibi != Alibi::none ? kAlibi : 0); }
 };

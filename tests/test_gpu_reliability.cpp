@@ -288,6 +288,36 @@ TEST_P(DeterministicBackward, TwoHundredFiftyRunsBitwiseIdentical) {
   }
 }
 
+// With a left window edge the column blocks that meet a Q block start at j_lo(i) > 0, so the turn order
+// of the deterministic mode is j − j_lo(i) (09d): a wrong j_lo waits for a turn that never comes (the
+// test then hangs until ctest's timeout) or adds in another order (runs differ). Non-causal window
+// (300, 40), Nq ≠ Nk, GQA; 20 runs bitwise identical, and each the oracle's answer.
+TEST_P(DeterministicBackward, WindowedRunsBitwiseIdentical) {
+  FL_NEED_GPU();
+  const Step* s = GetParam();
+  if (!(s->variants & kWindow)) GTEST_SKIP() << s->folder << " does not list the window";
+  for (int64_t d : {int64_t(64), int64_t(128)}) {
+    if (!s->supports_d(d)) continue;
+    Problem p;
+    p.B = 1; p.H = 4; p.H_kv = 2; p.Nq = 1500; p.Nk = 2100; p.d = d; p.dtype = DType::f16;
+    p.window_left = 300; p.window_right = 40;
+    p.deterministic = true;
+    const std::string why = s->refusal(p);
+    ASSERT_TRUE(why.empty()) << why;
+    const Inputs in = make_inputs(p, 17);
+    const Outputs first = run_step(*s, in, true);
+    const Verdict v = verify(in, first, expected_for(in, true), true);
+    ASSERT_EQ(v.checks.size(), 5u);
+    for (const Check& c : v.checks) EXPECT_TRUE(c.pass) << "d = " << d << ": " << c.summary();
+    int differ = 0;
+    for (int r = 1; r < 20 && differ < 3; ++r) {
+      const Outputs o = run_step(*s, in, true);
+      const bool same = bitwise_equal(first.dq, o.dq) && bitwise_equal(first.dk, o.dk) && bitwise_equal(first.dv, o.dv);
+      if (!same) ADD_FAILURE() << s->folder << " d = " << d << ": run " << r << " differs from run 0", ++differ;
+    }
+  }
+}
+
 std::vector<const Step*> deterministic_steps() {
   std::vector<const Step*> out;
   for (const Step* s : gpu_steps(true))

@@ -11,7 +11,8 @@
 // The softcap and ALiBi turn S_ij into logits z_ij = c·tanh(τ S_ij / c) − slope·|Δ| before the max of
 // line 9, and the exponent multiplies z by log2 e instead of S by τ·log2 e; the running m_i, ℓ_i, the
 // rescale of O_i and L_i = m_i + log ℓ_i are unchanged (m_i is now in logit units). The kernel is
-// instantiated per variant (a template argument), so the plain problem runs 08i's instructions.
+// instantiated per variant (a template argument), so the plain problem carries no softcap or ALiBi
+// instruction; what it keeps of the variants is the window's edge tests (a few integer operations per block).
 #include <climits>
 #include <cmath>
 #include <string>

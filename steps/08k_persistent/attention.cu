@@ -4,7 +4,7 @@
 // the load of Q_i and of the first K_j, V_j (the pipeline's fill), and the epilogue's stores. With one
 // block per SM (08j's blocks take 209–225 KiB of shared memory and all 65 536 registers) nothing else
 // runs on the SM meanwhile. At N = 2048 a Q_i visits only 12–16 key blocks (half that, on average,
-// causal), and those fixed costs kept 08j at 0.86× cuDNN (H100, run 26). FlashAttention-3 (Shah et al.
+// causal), and those fixed costs kept 08j at 0.85–0.86× cuDNN (H100, run 26). FlashAttention-3 (Shah et al.
 // 2024, §3 and its code's tile scheduler) launches one block per SM instead, each walking the tiles
 // blockIdx.x, blockIdx.x + gridDim.x, …:
 //   - the producer runs ahead across tiles: it loads the next tile's Q_i as soon as the consumers have
