@@ -100,9 +100,10 @@ const std::vector<Step>& ladder() {
        "pingpong: the two consumers take turns on the tensor cores, and inside each P̃_i,j−1 V_j−1 runs under the softmax of S_ij",
        Where::gpu, false, kGpuTypes, TmaD::list(), FL_GPU(s08i::impl), "08h", Arch::sm90a},
       {"08j", "08j_variants",
-       "the variants: a sliding window that skips the key blocks outside it, soft-capped logits c·tanh(τS/c), ALiBi biases",
+       "the variants: a sliding window that skips the key blocks outside it, soft-capped logits c·tanh(τS/c), ALiBi biases, "
+       "packed variable-length batches",
        Where::gpu, false, kGpuTypes, TmaD::list(), FL_GPU(s08j::impl), "08i", Arch::sm90a, false,
-       kWindow | kSoftcap | kAlibi},
+       kWindow | kSoftcap | kAlibi | kVarlen | kSeqused},
       {"08k", "08k_persistent",
        "persistent: one block per SM walks many tiles; the producer loads the next Q_i, K_j, V_j while this tile ends",
        Where::gpu, false, kGpuTypes, TmaD::list(), FL_GPU(s08k::impl), "08j", Arch::sm90a, false,
@@ -120,7 +121,7 @@ const std::vector<Step>& ladder() {
       {"09d", "09d_variants",
        "the backward through 08j's variants: the window's Q blocks only, ALiBi unchanged, dS_ij ∘ (1 − tanh²) for the softcap",
        Where::gpu, true, kGpuTypes, WgmmaBwdD::list(), FL_GPU(s09d::impl), "09c", Arch::sm90a,
-       /*deterministic_backward=*/true, kWindow | kSoftcap | kAlibi},
+       /*deterministic_backward=*/true, kWindow | kSoftcap | kAlibi},  // not varlen: its backward reads [B][H][N][d]
       {"10", "10_split_kv",
        "split-KV decoding: the keys split across thread blocks too, partials merged by the logsumexp rule; GQA heads packed into one tile",
        Where::gpu, false, kGpuTypes, DecodeD::list(), FL_GPU(s10::impl), "08d", Arch::any, false,

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "common/problem.hpp"
-#include "steps/ladder.hpp"  // the Variant bits kSoftcap, kAlibi
+#include "steps/ladder.hpp"  // the Variant bits kSoftcap, kAlibi, kVarlen
 
 namespace fl {
 
@@ -17,8 +17,14 @@ struct VariantArgs {
   float softcap = 0.f;             // c (kSoftcap)
   const float* slopes = nullptr;   // ALiBi slopes, fp32 [H] or [B][H], device memory (kAlibi)
   int64_t slopes_b = 0;            // 0 for [H], H for [B][H]: the stride of b
+  // Per-sequence lengths (08j's kVarlen bit), device memory, null where the problem has none:
+  const int32_t* cu_q = nullptr;   // cu_seqlens_q [B + 1]: Q, O packed [total_q][H][d]
+  const int32_t* cu_k = nullptr;   // cu_seqlens_k [B + 1]: K, V packed [total_k][H_kv][d]
+  const int32_t* used_k = nullptr; // seqused_k [B]: the keys sequence b attends to
+  int64_t total_q = 0;             // packed: the length of L's rows ([H][total_q])
 
-  static VariantArgs of(const Problem& p, const float* alibi_slopes) {
+  static VariantArgs of(const Problem& p, const float* alibi_slopes, const int32_t* cu_seqlens_q = nullptr,
+                        const int32_t* cu_seqlens_k = nullptr, const int32_t* seqused_k = nullptr) {
     constexpr int64_t kMax = int64_t(1) << 30;
     VariantArgs v;
     v.left = p.window_left < 0 ? -1 : int(p.window_left < kMax ? p.window_left : kMax);
@@ -28,12 +34,26 @@ struct VariantArgs {
     v.slopes = alibi_slopes;
     v.slopes_b = p.alibi == Alibi::batch_heads ? p.H : 0;
     if (p.alibi != Alibi::none && !alibi_slopes) throw Error("ALiBi needs its slopes: the call passed none");
+    if (p.varlen()) {
+      if (!cu_seqlens_q || !cu_seqlens_k)
+        throw Error("variable length needs cu_seqlens_q and cu_seqlens_k: the call passed none");
+      v.cu_q = cu_seqlens_q;
+      v.cu_k = cu_seqlens_k;
+      v.total_q = p.total_q();
+    }
+    if (!p.seqused_k.empty()) {
+      if (!seqused_k) throw Error("seqused_k is set in the problem but the call passed no seqused_k array");
+      v.used_k = seqused_k;
+    }
     return v;
   }
   /// The template bits of a variant kernel (ladder.hpp's Variant bits kSoftcap, kAlibi): a plain
   /// problem's kernel is instantiated without them, so it carries none of their instructions. The window
   /// is not a bit: its edges are tested where 08i and 09c test causal's.
   static int bits(const Problem& p) { return (p.softcap ? kSoftcap : 0) | (p.alibi != Alibi::none ? kAlibi : 0); }
+  /// True when a kernel reads each sequence's lengths from device memory (variable length, seqused_k):
+  /// 08j's template bit kVarlen, left out of bits() because 09d (which refuses both) dispatches on it.
+  static bool per_sequence(const Problem& p) { return p.varlen() || !p.seqused_k.empty(); }
 };
 
 }  // namespace fl

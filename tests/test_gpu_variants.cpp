@@ -6,8 +6,11 @@
 // and, where the step has one, backward; outputs are poisoned before each launch, so an element a
 // kernel skipped is NaN and fails. A step that lists a variant must not refuse these cases; every other
 // GPU step must refuse them with the reason (never run them silently as the plain problem).
+// Variable length and seqused_k (suite Varlen, at the end) have their own cases: sequences of their own
+// lengths packed along one token axis, judged per sequence by the oracle.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -137,6 +140,156 @@ TEST(Variants, OtherStepsRefuseThemWithTheReason) {
     const std::string why = s.refusal(p);
     EXPECT_NE(why.find("window"), std::string::npos) << s.folder << ": " << why;
   }
+}
+
+// ---- Variable length (packed sequences) and seqused_k --------------------------------------------
+// Each case lists its sequences' lengths; Nq and Nk are the longest (FlashAttention's max_seqlen_q/k).
+// The lengths are ragged against every tile (B_r 192 at d = 64, 128 otherwise; B_c 128, 176 or 64):
+// one-row sequences, sequences with no query or no key, sequences that end one row into a block, so
+// that a TMA box reaches into the next sequence's rows (which must be masked, or not stored).
+struct VarlenCase {
+  const char* name;
+  int64_t H, H_kv, d;
+  DType t;
+  std::vector<int32_t> q_lens, k_lens;  // per sequence: its queries and the key rows it holds
+  std::vector<int32_t> used_k;          // seqused_k, or empty (every key held)
+  bool packed;                          // false: seqused_k alone, on the [B][H][N][d] layout (lens all equal)
+  bool causal;
+  int64_t left, right;                  // window, −1 unbounded
+  double softcap;                       // 0: none
+  Alibi alibi;
+};
+
+const std::vector<VarlenCase>& varlen_cases() {
+  static const std::vector<VarlenCase> v = {
+      {"varlen_3seq_d128", 4, 4, 128, DType::f16, {1, 97, 300}, {5, 1025, 200}, {}, true, false, -1, -1, 0, Alibi::none},
+      {"varlen_3seq_causal_gqa_d64", 6, 2, 64, DType::bf16, {1, 97, 300}, {5, 1025, 200}, {}, true, true, -1, -1, 0,
+       Alibi::none},
+      {"varlen_3seq_causal_mqa_d128", 3, 1, 128, DType::bf16, {1, 97, 300}, {5, 1025, 200}, {}, true, true, -1, -1, 0,
+       Alibi::none},
+      {"varlen_3seq_window_64_16_d128", 4, 2, 128, DType::f16, {1, 97, 300}, {5, 1025, 200}, {}, true, false, 64, 16,
+       0, Alibi::none},
+      {"varlen_3seq_seqused_causal_d64", 4, 2, 64, DType::f16, {1, 97, 300}, {5, 1025, 200}, {3, 700, 0}, true, true,
+       -1, -1, 0, Alibi::none},
+      {"varlen_3seq_seqused_d256", 2, 1, 256, DType::bf16, {1, 97, 300}, {5, 1025, 200}, {5, 1, 129}, true, false, -1,
+       -1, 0, Alibi::none},
+      {"varlen_empty_seqs_softcap_alibi_d128", 4, 2, 128, DType::f16, {0, 130, 1, 257}, {7, 0, 300, 256}, {}, true,
+       false, -1, -1, 20, Alibi::batch_heads},
+      {"varlen_8seq_block_edges_window_alibi_d64", 2, 2, 64, DType::bf16, {192, 193, 64, 0, 385, 17, 128, 1},
+       {200, 177, 176, 3, 500, 1, 129, 2000}, {}, true, true, 100, 0, 0, Alibi::heads},
+      {"varlen_8seq_block_edges_d256", 3, 3, 256, DType::f16, {192, 193, 64, 0, 385, 17, 128, 1},
+       {200, 177, 176, 3, 500, 1, 129, 2000}, {}, true, false, -1, -1, 0, Alibi::none},
+      {"seqused_3seq_d128", 4, 2, 128, DType::f16, {97, 97, 97}, {1025, 1025, 1025}, {1025, 500, 1}, false, false, -1,
+       -1, 0, Alibi::none},
+      {"seqused_3seq_causal_window_softcap_d64", 2, 1, 64, DType::bf16, {300, 300, 300}, {777, 777, 777},
+       {0, 299, 700}, false, true, 200, 0, 30, Alibi::none},
+  };
+  return v;
+}
+
+Problem problem_of(const VarlenCase& c) {
+  Problem p;
+  p.B = int64_t(c.q_lens.size());
+  p.H = c.H; p.H_kv = c.H_kv; p.d = c.d; p.dtype = c.t;
+  p.causal = c.causal;
+  p.window_left = c.left;
+  p.window_right = c.right;
+  if (c.softcap > 0) p.softcap = c.softcap;
+  p.alibi = c.alibi;
+  p.Nq = p.Nk = 1;
+  for (int32_t n : c.q_lens) p.Nq = std::max<int64_t>(p.Nq, n);
+  for (int32_t n : c.k_lens) p.Nk = std::max<int64_t>(p.Nk, n);
+  if (c.packed) {
+    p.cu_seqlens_q = {0};
+    p.cu_seqlens_k = {0};
+    for (size_t b = 0; b < c.q_lens.size(); ++b) {
+      p.cu_seqlens_q.push_back(p.cu_seqlens_q.back() + c.q_lens[b]);
+      p.cu_seqlens_k.push_back(p.cu_seqlens_k.back() + c.k_lens[b]);
+    }
+  }
+  p.seqused_k = c.used_k;
+  return p;
+}
+
+struct VarlenParam {
+  const VarlenCase* c;
+  const Step* s;
+};
+void PrintTo(const VarlenParam& x, std::ostream* os) { *os << x.c->name << " " << x.s->folder; }
+
+std::vector<VarlenParam> varlen_params() {
+  std::vector<VarlenParam> out;
+  for (const VarlenCase& c : varlen_cases())
+    for (const Step& s : ladder()) {
+      const Problem p = problem_of(c);
+      if (s.gpu() && s.supports_d(p.d) && s.supports_dtype(p.dtype) && (variants_of(p) & ~s.variants) == 0)
+        out.push_back({&c, &s});
+    }
+  return out;
+}
+
+class Varlen : public ::testing::TestWithParam<VarlenParam> {};
+
+TEST_P(Varlen, MatchesOracle) {
+  FL_NEED_GPU();
+  const VarlenParam& x = GetParam();
+  const Step& s = *x.s;
+  const Problem p = problem_of(*x.c);
+  ASSERT_EQ(p.invalid_reason(), "") << x.c->name;
+  ASSERT_EQ(s.refusal(p), "") << s.folder << " lists the variants of " << p.describe() << " but refuses it";
+  const uint64_t seed = 21500 + uint64_t(x.c - varlen_cases().data());
+  const Inputs in = make_inputs(p, seed);
+  const bool bwd = s.has_backward();
+  const Outputs got = run_step(s, in, bwd);
+  const Verdict v = verify(in, got, expected_for(in, bwd), bwd);
+  ASSERT_EQ(v.checks.size(), bwd ? 5u : 2u);
+  for (const Check& c : v.checks)
+    EXPECT_TRUE(c.pass) << s.folder << " " << p.describe() << " seed " << seed << "\n  " << c.summary();
+  std::cout << "  [" << s.folder << "] " << x.c->name << "  tolerance used " << 100 * v.tol_used << "%\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, Varlen, ::testing::ValuesIn(varlen_params()),
+                         [](const ::testing::TestParamInfo<VarlenParam>& i) {
+                           return std::string(i.param.c->name) + "__" + i.param.s->folder;
+                         });
+
+// The cases are well formed, and some GPU step runs them (08j), in a build with the GPU steps.
+TEST(Varlen, CasesAreValidAndSomeStepRunsThem) {
+  for (const VarlenCase& c : varlen_cases()) {
+    const Problem p = problem_of(c);
+    EXPECT_EQ(p.invalid_reason(), "") << c.name;
+    EXPECT_NE(variants_of(p) & (kVarlen | kSeqused), 0u) << c.name;
+  }
+  if (!find_step("08a") || !find_step("08a")->impl) GTEST_SKIP() << "no GPU steps in this build (no nvcc)";
+  for (const VarlenCase& c : varlen_cases()) {
+    int steps = 0;
+    for (const Step& s : ladder())
+      if (s.gpu() && s.impl && (variants_of(problem_of(c)) & ~s.variants) == 0) ++steps;
+    EXPECT_GT(steps, 0) << "no GPU step supports " << c.name;
+  }
+}
+
+// The backward steps do not have them yet (09d reuses 08j's forward but its backward reads
+// [B][H][N][d]): they refuse variable length and seqused_k with the reason, and so does every other
+// GPU step that does not list them.
+TEST(Varlen, OtherStepsRefuseItWithTheReason) {
+  for (const VarlenCase& c : varlen_cases()) {
+    const Problem p = problem_of(c);
+    for (const Step& s : ladder()) {
+      if (!s.gpu() || !s.impl || (variants_of(p) & ~s.variants) == 0) continue;
+      if (!s.supports_d(p.d) || !s.supports_dtype(p.dtype)) continue;
+      const std::string why = s.refusal(p);
+      EXPECT_NE(why, "") << s.folder << " runs " << c.name << " without listing its variants";
+      EXPECT_TRUE(why.find("variable length") != std::string::npos || why.find("seqused_k") != std::string::npos ||
+                  why.find("window") != std::string::npos || why.find("softcap") != std::string::npos ||
+                  why.find("ALiBi") != std::string::npos)
+          << s.folder << ": " << why;
+    }
+  }
+  const Step* bwd = find_step("09d");
+  ASSERT_NE(bwd, nullptr);
+  EXPECT_EQ(bwd->variants & (kVarlen | kSeqused), 0u) << "09d's backward reads the [B][H][N][d] layout";
+  EXPECT_NE(bwd->refusal(problem_of(varlen_cases()[0])).find("variable length"), std::string::npos);
 }
 
 }  // namespace

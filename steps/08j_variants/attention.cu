@@ -8,6 +8,10 @@
 //     outside it are never loaded: a Q block visits the blocks [j_first, j_end), not [0, T_c).
 //   - Soft-capping c: the logits become c·tanh(τ·S_ij / c) before the softmax (Gemma 2, Grok).
 //   - ALiBi: the logits gain −slope_h·|q + diag − k|, a per-head linear penalty with distance.
+//   - Variable length: B sequences of their own lengths packed along one token axis, Q, O
+//     [total_q][H][d] and K, V [total_k][H_kv][d] (cu_seqlens_q, cu_seqlens_k), and seqused_k (the
+//     keys a KV cache's sequence has filled). Each thread block reads its sequence's offsets, and Nq,
+//     Nk in every rule above become that sequence's; the tensor maps address tokens and heads.
 // The softcap and ALiBi turn S_ij into logits z_ij = c·tanh(τ S_ij / c) − slope·|Δ| before the max of
 // line 9, and the exponent multiplies z by log2 e instead of S by τ·log2 e; the running m_i, ℓ_i, the
 // rescale of O_i and L_i = m_i + log ℓ_i are unchanged (m_i is now in logit units). The kernel is
@@ -74,7 +78,8 @@ __device__ __forceinline__ int at(int row, int col) {
 // 4·g + t; warp w of a consumer holds rows 16w + g and + 8 of its 64, and in each 8-column n-tile the
 // columns 2t and 2t + 1 (the wgmma accumulator layout, steps/device/wgmma.cuh). Row and key indices
 // are 32-bit (limits() keeps Nq, Nk below 2^30); offsets into the tensors are 64-bit. Q, K, V are read
-// only through their tensor maps ([B·H][Nq][d] and [B·H_kv][Nk][d] as 3-D tensors).
+// only through their tensor maps ([B·H][Nq][d] and [B·H_kv][Nk][d] as 3-D tensors; packed, [H][total][d]
+// with the strides of [total][H][d]: the coordinates are (column, row, slice) either way).
 template <class T, int d, int B_c_, int kV>
 __global__ void __launch_bounds__(Tiles<d, B_c_>::kThreads, 1)
 attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant__ CUtensorMap tm_K,
@@ -105,8 +110,24 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   const int64_t i = causal ? T_r - 1 - blockIdx.x % T_r : blockIdx.x % T_r, bh = blockIdx.x / T_r;
   const int64_t b = bh / H, h = bh % H, h_kv = h / (H / H_kv);  // GQA/MQA: head h reads K/V head h_kv
   const int i0 = int(i) * B_r;                                   // first row of Q_i
-  T* O_g = O + (bh * Nq + i0) * d;                               // O_i: [min(B_r, Nq − i0)][d] in HBM
-  float* L_g = L + bh * Nq + i0;                                 // L_i: [min(B_r, Nq − i0)] in HBM
+  // Variable length and seqused_k: a template bit, as the softcap's, not a runtime branch, so the plain
+  // problem's kernel has none of these reads (its SASS is the one without them). Packed, sequence b is
+  // the tokens [q_tok, q_tok + Nq) of Q, O and [k_tok, k_tok + Nk) of K, V; from here on Nq and Nk are
+  // its own lengths (seqused_k[b] keys when given) in every rule. The grid covers the longest sequence:
+  // a Q_i past this one's end leaves at once, the whole block, before any barrier is set up.
+  const bool packed = (kV & kVarlen) && var.cu_q;
+  int q_tok = 0, k_tok = 0;
+  if constexpr (kV & kVarlen) {
+    if (packed) {
+      q_tok = var.cu_q[b], k_tok = var.cu_k[b];
+      Nq = var.cu_q[b + 1] - q_tok, Nk = var.cu_k[b + 1] - k_tok;
+    }
+    if (var.used_k) Nk = var.used_k[b];
+    if (i0 >= Nq) return;
+  }
+  T* O_g = O + (packed ? (int64_t(q_tok) + i0) * H + h : bh * Nq + i0) * d;  // O_i: [min(B_r, Nq − i0)][d] in HBM
+  const int64_t ld_O = packed ? H * d : d;                                   //   with rows ld_O apart
+  float* L_g = L + (packed ? h * var.total_q + q_tok : bh * Nq) + i0;        // L_i: [min(B_r, Nq − i0)] in HBM
 
   // The window, bottom-right aligned: query row q sees the keys [key_lo(q), key_hi(q)). Both edges move
   // right with q, so Q_i's first row starts its keys and its last row ends them: the blocks K_j outside
@@ -137,10 +158,11 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
     if (threadIdx.x == 0) {
       tma::arrive_expect_tx(full_Q, B_r * d * sizeof(T));
 #pragma unroll
-      for (int p = 0; p < d / P; ++p) tma::load_3d(Q_s + p * B_r * P, &tm_Q, p * P, i0, int(bh), full_Q);
-      const int kv = int(b * H_kv + h_kv);  // the (batch, K/V head) slice of K and V
+      for (int p = 0; p < d / P; ++p)
+        tma::load_3d(Q_s + p * B_r * P, &tm_Q, p * P, q_tok + i0, int(packed ? h : bh), full_Q);
+      const int kv = int(packed ? h_kv : b * H_kv + h_kv);  // the (batch, K/V head) slice of K and V; packed, the head
       for (int j = 0; j < T_c; ++j) {  // the j-th block visited: K_{j_first + j}
-        const int s = j % kStages, k0 = (j_first + j) * B_c;
+        const int s = j % kStages, k0 = k_tok + (j_first + j) * B_c;
         tma::wait(&empty_K[s], (j / kStages & 1) ^ 1);  // K of stage s was released by every consumer warp
         tma::arrive_expect_tx(&full_K[s], B_c * d * sizeof(T));
 #pragma unroll
@@ -356,7 +378,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   for (int k = threadIdx.x % 128; k < 64 * d / 8; k += 128) {  // 16-byte chunks of rows 64c…, row-major
     const int row = 64 * c + k / (d / 8), col = k % (d / 8) * 8;
     if (i0 + row < Nq)
-      *reinterpret_cast<uint4*>(O_g + int64_t(row) * d + col) =
+      *reinterpret_cast<uint4*>(O_g + row * ld_O + col) =
           *reinterpret_cast<const uint4*>(Q_s + at<d, B_r>(row, col));
   }
 #endif
@@ -386,16 +408,24 @@ void launch(const Problem& p, const ForwardArgs& a) {
   const int64_t T_r = ceil_div<int64_t>(p.Nq, B_r);
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   // The tensor maps: Q as [B·H][Nq][d] in boxes of [B_r][64], K and V as [B·H_kv][Nk][d] in boxes of [B_c][64].
-  const CUtensorMap tm_Q = tma::make_tensor_map(a.q, bf16, p.B * p.H, p.Nq, d, B_r, "Q");
-  const CUtensorMap tm_K = tma::make_tensor_map(a.k, bf16, p.B * p.H_kv, p.Nk, d, B_c, "K");
-  const CUtensorMap tm_V = tma::make_tensor_map(a.v, bf16, p.B * p.H_kv, p.Nk, d, B_c, "V");
+  // Packed (varlen): Q as H slices d apart of total_q rows H·d apart, K and V likewise with H_kv; a box
+  // is the same [rows][64] panel in shared memory, and its rows past a sequence's end are the next
+  // sequence's (the TMA fills zeros only past the tensor's end): the kernel masks or drops them.
+  const bool vl = p.varlen();
+  const CUtensorMap tm_Q = tma::make_tensor_map(a.q, bf16, vl ? p.H : p.B * p.H, vl ? p.total_q() : p.Nq, d, B_r,
+                                                "Q", p.q_stride(), vl ? d : 0);
+  const CUtensorMap tm_K = tma::make_tensor_map(a.k, bf16, vl ? p.H_kv : p.B * p.H_kv, vl ? p.total_k() : p.Nk, d,
+                                                B_c, "K", p.kv_stride(), vl ? d : 0);
+  const CUtensorMap tm_V = tma::make_tensor_map(a.v, bf16, vl ? p.H_kv : p.B * p.H_kv, vl ? p.total_k() : p.Nk, d,
+                                                B_c, "V", p.kv_stride(), vl ? d : 0);
   // Q_i, the K and V rings, 1 + 4·kStages barriers of 8 bytes; 1024 for the panels' alignment.
   const size_t smem = size_t(B_r + 2 * kStages * B_c) * d * sizeof(T) + 8 * (1 + 4 * kStages) + 1024;
   auto kernel = attention_kernel<T, d, B_c, kV>;
   allow_smem(kernel, smem);
   kernel<<<dim3(unsigned(T_r * p.B * p.H)), dim3(kThreads), smem, static_cast<cudaStream_t>(a.stream)>>>(
       tm_Q, tm_K, tm_V, static_cast<T*>(a.o), a.lse, p.H, p.H_kv, int(p.Nq), int(p.Nk), T_r,
-      float(p.softmax_scale()), p.causal, VariantArgs::of(p, a.alibi_slopes));
+      float(p.softmax_scale()), p.causal,
+      VariantArgs::of(p, a.alibi_slopes, a.cu_seqlens_q, a.cu_seqlens_k, a.seqused_k));
   FL_CUDA(cudaGetLastError());
 }
 
@@ -403,6 +433,7 @@ void forward(const Problem& p, const ForwardArgs& a) {
   // The masked tile (B_c = 128 at d = 128) wherever a mask has a diagonal edge: causal or a window.
   const bool edged = p.causal || p.window_left >= 0 || p.window_right >= 0;
   const int kv = VariantArgs::bits(p);
+  const bool lengths = VariantArgs::per_sequence(p);  // varlen or seqused_k: the kVarlen bit
   dispatch<TmaD>(p, [&](auto T_, auto d_) {
     using T = decltype(T_);
     constexpr int d = decltype(d_)::value;
@@ -413,11 +444,15 @@ void forward(const Problem& p, const ForwardArgs& a) {
       else
         launch<T, d, kBc<d>(true), K>(p, a);
     };
+    auto with_len = [&](auto kv_) {
+      if (lengths) with_bc(std::integral_constant<int, decltype(kv_)::value | kVarlen>{});
+      else with_bc(kv_);
+    };
     switch (kv) {
-      case 0: with_bc(std::integral_constant<int, 0>{}); break;
-      case kSoftcap: with_bc(std::integral_constant<int, kSoftcap>{}); break;
-      case kAlibi: with_bc(std::integral_constant<int, kAlibi>{}); break;
-      default: with_bc(std::integral_constant<int, kSoftcap | kAlibi>{}); break;
+      case 0: with_len(std::integral_constant<int, 0>{}); break;
+      case kSoftcap: with_len(std::integral_constant<int, kSoftcap>{}); break;
+      case kAlibi: with_len(std::integral_constant<int, kAlibi>{}); break;
+      default: with_len(std::integral_constant<int, kSoftcap | kAlibi>{}); break;
     }
   });
 }

@@ -130,8 +130,12 @@ inline PFN_cuTensorMapEncodeTiled_v12000 encoder(const std::string& what) {
 /// read as zeros. The driver's encoder is reached through the runtime (cudaGetDriverEntryPointByVersion),
 /// so the program links without libcuda and still starts on a machine with no GPU. Throws fl::Error
 /// naming the requirement a tensor breaks (alignment, stride, size) before any launch.
+/// row_stride, slice_stride (elements; 0: cols and rows·cols, the contiguous tensor) address other
+/// layouts with the same coordinates: step 08j's packed Q [total_q][H][d] is rows = total_q tokens of
+/// stride H·d and slices = H heads of stride d. The box is still [box_rows][64] in shared memory (the
+/// strides need not grow with the dimension: FlashAttention-3 maps its [B][N][H][d] tensors this way).
 inline CUtensorMap make_tensor_map(const void* base, bool bf16, int64_t slices, int64_t rows, int64_t cols,
-                                   int box_rows, const char* name) {
+                                   int box_rows, const char* name, int64_t row_stride = 0, int64_t slice_stride = 0) {
   const std::string what = std::string("the TMA tensor map of ") + name;
   if (reinterpret_cast<uintptr_t>(base) % 16 != 0)
     throw Error(what + " needs a 16-byte aligned address; this tensor starts at " +
@@ -142,13 +146,18 @@ inline CUtensorMap make_tensor_map(const void* base, bool bf16, int64_t slices, 
   if (slices > (int64_t(1) << 32) || rows > (int64_t(1) << 32))
     throw Error(what + " allows at most 2^32 rows and 2^32 (batch, head) slices: " + std::to_string(rows) +
                 " rows, " + std::to_string(slices) + " slices");
-  if (rows * cols * 2 >= (int64_t(1) << 40))
-    throw Error(what + " allows a (batch, head) slice of at most 2^40 bytes: " +
-                std::to_string(rows * cols * 2) + " bytes");
+  if (row_stride == 0) row_stride = cols;
+  if (slice_stride == 0) slice_stride = rows * cols;
+  if (slice_stride * 2 >= (int64_t(1) << 40) || row_stride * 2 >= (int64_t(1) << 40))
+    throw Error(what + " allows strides (a row, a (batch, head) slice) of less than 2^40 bytes: " +
+                std::to_string(row_stride * 2) + " and " + std::to_string(slice_stride * 2) + " bytes");
+  if (row_stride * 2 % 16 != 0 || slice_stride * 2 % 16 != 0)
+    throw Error(what + " needs strides of a multiple of 16 bytes: " + std::to_string(row_stride * 2) + " and " +
+                std::to_string(slice_stride * 2) + " bytes");
   const auto encode = encoder(what);
   CUtensorMap map;
   const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(slices)};
-  const cuuint64_t strides[2] = {cuuint64_t(cols * 2), cuuint64_t(rows * cols * 2)};  // bytes, dims 1 and 2
+  const cuuint64_t strides[2] = {cuuint64_t(row_stride * 2), cuuint64_t(slice_stride * 2)};  // bytes, dims 1 and 2
   const cuuint32_t box[3] = {64, cuuint32_t(box_rows), 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   const CUresult r = encode(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
