@@ -179,7 +179,7 @@ class Cell:
     note: str = ""
 
 
-VARIANT = re.compile(r"--(?:window|softcap|alibi|seqused-k)[= ]\S+")
+VARIANT = re.compile(r"--(?:window|softcap|alibi|seqused-k|cu-seqlens-q|cu-seqlens-k)[= ]\S+")
 
 
 def variant_of(r: Run) -> str:
