@@ -102,6 +102,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   uint64_t* full_V = full_K + kStages;  // [kStages]: V_j has landed in stage s
   uint64_t* empty_K = full_V + kStages;    // [kStages]: every consumer warp is done reading K_j of stage s
   uint64_t* empty_V = empty_K + kStages;   // [kStages]: … and V_j
+  uint64_t* tail_V = empty_V + kStages;    // seqused_k: the last V_j has landed, before its unfilled rows are cleared
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma, setmaxnreg exist only in sm_90a code; limits() refuses other GPUs before any launch
 #else
@@ -148,6 +149,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
       tma::init(&empty_K[s], 4 * kConsumers);  // one arrival per consumer warp
       tma::init(&empty_V[s], 4 * kConsumers);
     }
+    if constexpr (kV & kVarlen) tma::init(tail_V, 1);
     tma::fence_init();
   }
   __syncthreads();  // the last block-wide barrier: from here on the roles only meet at mbarriers
@@ -169,10 +171,28 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
         for (int p = 0; p < d / P; ++p)
           tma::load_3d(K_buf + s * B_c * d + p * B_c * P, &tm_K, p * P, k0, kv, &full_K[s]);
         tma::wait(&empty_V[s], (j / kStages & 1) ^ 1);
-        tma::arrive_expect_tx(&full_V[s], B_c * d * sizeof(T));  // V_j on its own barrier: S_ij needs only K_j
+        // seqused_k: the rows of a cache past its used keys may hold anything, NaN included. The mask
+        // sets their logits to −∞ (an assignment, so a NaN in K_j goes too), but P̃ = 0 times a NaN of
+        // V_j is NaN in O_i: the last block's unfilled rows of V_j are cleared before the consumers see
+        // it. The copy lands on tail_V (used once: one last block per Q_i), this thread writes the zeros
+        // and orders them before the tensor cores' reads (fence.proxy.async), then arrives on full_V.
+        // Packed sequences alone need none of this: their rows past N_k are the next sequence's keys.
+        const int unfilled = (kV & kVarlen) && var.used_k ? (j_first + j + 1) * B_c - Nk : 0;
+        uint64_t* landed = unfilled > 0 ? tail_V : &full_V[s];
+        tma::arrive_expect_tx(landed, B_c * d * sizeof(T));  // V_j on its own barrier: S_ij needs only K_j
 #pragma unroll
         for (int p = 0; p < d / P; ++p)
-          tma::load_3d(V_buf + s * B_c * d + p * B_c * P, &tm_V, p * P, k0, kv, &full_V[s]);
+          tma::load_3d(V_buf + s * B_c * d + p * B_c * P, &tm_V, p * P, k0, kv, landed);
+        if (unfilled > 0) {
+          tma::wait(tail_V, 0);
+          for (int p = 0; p < d / P; ++p)  // rows B_c − unfilled … B_c − 1 of each [B_c][P] panel, whole
+            for (int r = B_c - unfilled; r < B_c; ++r)  // rows (the swizzle permutes within a row)
+#pragma unroll
+              for (int x = 0; x < P / 8; ++x)
+                *reinterpret_cast<uint4*>(V_buf + s * B_c * d + p * B_c * P + r * P + 8 * x) = make_uint4(0, 0, 0, 0);
+          wgmma::fence_proxy_async();
+          tma::arrive(&full_V[s]);
+        }
       }
     }
     return;  // the copies still in flight complete on their barriers, which the consumers wait for
@@ -418,8 +438,8 @@ void launch(const Problem& p, const ForwardArgs& a) {
                                                 B_c, "K", p.kv_stride(), vl ? d : 0);
   const CUtensorMap tm_V = tma::make_tensor_map(a.v, bf16, vl ? p.H_kv : p.B * p.H_kv, vl ? p.total_k() : p.Nk, d,
                                                 B_c, "V", p.kv_stride(), vl ? d : 0);
-  // Q_i, the K and V rings, 1 + 4·kStages barriers of 8 bytes; 1024 for the panels' alignment.
-  const size_t smem = size_t(B_r + 2 * kStages * B_c) * d * sizeof(T) + 8 * (1 + 4 * kStages) + 1024;
+  // Q_i, the K and V rings, 2 + 4·kStages barriers of 8 bytes (tail_V: seqused_k's); 1024 for the panels' alignment.
+  const size_t smem = size_t(B_r + 2 * kStages * B_c) * d * sizeof(T) + 8 * (2 + 4 * kStages) + 1024;
   auto kernel = attention_kernel<T, d, B_c, kV>;
   allow_smem(kernel, smem);
   kernel<<<dim3(unsigned(T_r * p.B * p.H)), dim3(kThreads), smem, static_cast<cudaStream_t>(a.stream)>>>(

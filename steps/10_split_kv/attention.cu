@@ -532,7 +532,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
   attention_kernel<T, d><<<dim3(unsigned(p.B * p.H_kv * T_r * S)), dim3(kThreads), Tiles<d>::kSmem, stream>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
       a.lse, O_part, L_part, M, int(p.Nq), int(p.Nk), p.H_kv, T_r, S, rows_total, float(p.softmax_scale()), p.causal,
-      p.seqused_k.empty() ? nullptr : a.seqused_k, VariantArgs::of(p, a.alibi_slopes));
+      p.seqused_k.empty() ? nullptr : a.seqused_k, VariantArgs::of(p, a.alibi_slopes, nullptr, nullptr, a.seqused_k));
   FL_CUDA(cudaGetLastError());
   if (S == 1) return;
   cudaLaunchConfig_t cfg = {};
