@@ -15,7 +15,9 @@
 //   - O_i leaves from registers (4-byte stores of the accumulator's pairs) instead of through Q_i's
 //     shared tile (08g's epilogue), which is now the next tile's Q_i.
 // The tiles keep 08j's order (causal: the longest first within each (batch, head)), dealt round-robin.
-// Each tile's mathematics is 08j's, unchanged.
+// Each tile's mathematics is 08j's, unchanged, variable length and seqused_k included (08j's kVarlen
+// bit): a tile is one Q_i of one (sequence, head), and the persistent loop adds one rule, that a tile
+// past its sequence's end is skipped by the producer and the consumers alike (see tile_of).
 #include <climits>
 #include <cmath>
 #include <string>
@@ -69,7 +71,8 @@ constexpr int kBc(bool causal) { return d == 256 ? 64 : d == 128 && !causal ? 17
 // 4·g + t; warp w of a consumer holds rows 16w + g and + 8 of its 64, and in each 8-column n-tile the
 // columns 2t and 2t + 1 (the wgmma accumulator layout, steps/device/wgmma.cuh). Row and key indices
 // are 32-bit (limits() keeps Nq, Nk below 2^30); offsets into the tensors are 64-bit. Q, K, V are read
-// only through their tensor maps ([B·H][Nq][d] and [B·H_kv][Nk][d] as 3-D tensors).
+// only through their tensor maps ([B·H][Nq][d] and [B·H_kv][Nk][d] as 3-D tensors; packed, [H][total][d]
+// with the strides of [total][H][d]: the coordinates are (column, row, slice) either way).
 template <class T, int d, int B_c_, int kV>
 __global__ void __launch_bounds__(Tiles<d, B_c_>::kThreads, 1)
 attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant__ CUtensorMap tm_K,
@@ -94,6 +97,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   uint64_t* full_V = full_K + kStages;  // [kStages]: V_j has landed in stage s
   uint64_t* empty_K = full_V + kStages;    // [kStages]: every consumer warp is done reading K_j of stage s
   uint64_t* empty_V = empty_K + kStages;   // [kStages]: … and V_j
+  uint64_t* tail_V = empty_V + kStages;    // seqused_k: the last V_j of a tile has landed, before its unfilled rows are cleared
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma, setmaxnreg exist only in sm_90a code; limits() refuses other GPUs before any launch
 #else
@@ -103,7 +107,13 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
     int bh;                // b·H + h
     int i0, j_first, T_c;  // first row of Q_i; the K/V blocks it visits, [j_first, j_first + T_c)
   };
-  const int diag = Nk - Nq;
+  // Variable length and seqused_k (the kVarlen bit, as 08j's): packed, sequence b is the tokens
+  // [q_tok, q_tok + Nq) of Q, O and [k_tok, k_tok + Nk) of K, V. A persistent block meets many
+  // sequences, so tile_of moves these, and Nq, Nk, diag, to the tile's sequence; every rule below reads
+  // them (the diagonal, the window's and causal edges, the block range, ALiBi, the rows stored).
+  const bool packed = (kV & kVarlen) && var.cu_q;
+  int q_tok = 0, k_tok = 0;
+  int diag = Nk - Nq;
   // The window, bottom-right aligned: query row q sees the keys [key_lo(q), key_hi(q)) (as 08j).
   auto key_lo = [&](int q) { return var.left < 0 ? 0 : max(0, q + diag - var.left); };
   auto key_hi = [&](int q) { return var.right < 0 ? Nk : min(Nk, q + diag + var.right + 1); };
@@ -112,10 +122,39 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   // consecutive tiles (one pair) per turn. Dealt one by one, as 08j's order stands, block c got tiles
   // whose i fell in a band of its own (132 blocks, 128 tiles per head: block 0 only long ones), and the
   // slowest blocks set the time: 409 against 08j's 647 TFLOP/s at N = 16384, d = 128 (H100).
+  //
+  // Variable length: T_r counts the Q blocks of the longest sequence (p.Nq is max_seqlen_q), so the
+  // tiles are still t = u + T_r · (b·H + h), and a sequence of T_r(b) = ⌈Nq_b / B_r⌉ < T_r blocks leaves
+  // the tiles u ≥ T_r(b) empty. Its pairs are made over its own T_r(b) (u → i is the same bijection of
+  // [0, T_r(b)), so each Q_i is visited once) and stay (long, short); the empty tiles come last in each
+  // (batch, head) and are marked i0 ≥ Nq. The producer and the consumers count ring stages, tail_V
+  // uses and Q_i's phases over the block's whole life, so both skip an empty tile before it takes any
+  // (they walk the same list and read the same offsets). What this leaves unbalanced in a ragged batch:
+  // a block's turn may fall on empty tiles while another's falls on a long sequence's, and a pair's
+  // length is that of its sequence, so the blocks that draw the longest sequences set the time. To
+  // balance it the list would hold only existing tiles, ordered by work: FlashAttention-3's varlen
+  // scheduler walks only the blocks that exist (a prefix sum of ⌈Nq_b / B_r⌉ over the batch, a warp
+  // searching it for tile t), and its later versions sort the sequences, longest first, before dealing
+  // them. Not done here: correctness first, and no GPU run has measured what it would buy.
   auto tile_of = [&](int t) {
     Tile x;
     const int u = int(t % T_r);
-    const int i = int(causal ? (u % 2 == 0 ? T_r - 1 - u / 2 : u / 2) : u);
+    int64_t T_r_b = T_r;  // Q blocks of this tile's sequence
+    if constexpr ((kV & kVarlen) != 0) {
+      const int b = int(t / T_r / H);
+      if (packed) {
+        q_tok = var.cu_q[b], k_tok = var.cu_k[b];
+        Nq = var.cu_q[b + 1] - q_tok, Nk = var.cu_k[b + 1] - k_tok;
+      }
+      if (var.used_k) Nk = var.used_k[b];
+      diag = Nk - Nq;
+      T_r_b = ceil_div(Nq, B_r);
+      if (u >= T_r_b) {  // past the sequence's end: an empty tile
+        x.bh = 0, x.i0 = Nq, x.j_first = 0, x.T_c = 0;
+        return x;
+      }
+    }
+    const int i = int(causal ? (u % 2 == 0 ? T_r_b - 1 - u / 2 : u / 2) : u);
     x.bh = int(t / T_r);
     x.i0 = i * B_r;
     const int last_row = (x.i0 + B_r < Nq ? x.i0 + B_r : Nq) - 1;
@@ -137,6 +176,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
       tma::init(&empty_K[s], 4 * kConsumers);  // one arrival per consumer warp
       tma::init(&empty_V[s], 4 * kConsumers);
     }
+    if constexpr ((kV & kVarlen) != 0) tma::init(tail_V, 1);
     tma::fence_init();
   }
   __syncthreads();  // the last block-wide barrier: from here on the roles only meet at mbarriers
@@ -147,17 +187,25 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
     if (threadIdx.x == 0) {
       int blocks = 0;  // K/V blocks loaded so far, over every tile: the ring's position and parity
       int n = 0;       // tiles so far: Q_i's parity
+      int tails = 0;   // seqused_k: the blocks landed on tail_V so far, its parity
       for (int tt = first_tile(); tt < n_tiles; tt = next_tile(tt), ++n) {
         const Tile x = tile_of(tt);
+        if constexpr ((kV & kVarlen) != 0)
+          if (x.i0 >= Nq) {  // an empty tile (see tile_of): it takes no Q_i phase, no stage
+            --n;
+            continue;
+          }
         tma::wait(empty_Q, (n & 1) ^ 1);  // the previous tile's Q_i is no longer read
         tma::arrive_expect_tx(full_Q, B_r * d * sizeof(T));
 #pragma unroll
-        for (int p = 0; p < d / P; ++p) tma::load_3d(Q_s + p * B_r * P, &tm_Q, p * P, x.i0, int(x.bh), full_Q);
+        for (int p = 0; p < d / P; ++p)  // the (batch, head) slice; packed, the head
+          tma::load_3d(Q_s + p * B_r * P, &tm_Q, p * P, q_tok + x.i0, int(packed ? x.bh % H : x.bh), full_Q);
         const int h = int(x.bh % H);
-        const int kv = int(x.bh / H * H_kv + h / (H / H_kv));  // the (batch, K/V head) slice (GQA/MQA)
+        // The (batch, K/V head) slice (GQA/MQA); packed, the K/V head.
+        const int kv = int(packed ? h / (H / H_kv) : x.bh / H * H_kv + h / (H / H_kv));
         for (int j = 0; j < x.T_c; ++j) {  // the j-th block visited: K_{j_first + j}
           const int q = blocks + j;
-          const int s = q % kStages, k0 = (x.j_first + j) * B_c;
+          const int s = q % kStages, k0 = k_tok + (x.j_first + j) * B_c;
           const uint32_t ph = uint32_t(q / kStages & 1);
           tma::wait(&empty_K[s], ph ^ 1);  // K of stage s was released by every consumer warp
           tma::arrive_expect_tx(&full_K[s], B_c * d * sizeof(T));
@@ -165,10 +213,28 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
           for (int p = 0; p < d / P; ++p)
             tma::load_3d(K_buf + s * B_c * d + p * B_c * P, &tm_K, p * P, k0, kv, &full_K[s]);
           tma::wait(&empty_V[s], ph ^ 1);
-          tma::arrive_expect_tx(&full_V[s], B_c * d * sizeof(T));
+          // seqused_k (as 08j): the cache rows past the used keys may hold NaN, and P̃ = 0 times a NaN
+          // of V_j is NaN in O_i, so the last block's unfilled rows are cleared before the consumers
+          // read it: the copy lands on tail_V, this thread writes the zeros, orders them before the
+          // tensor cores' reads (fence.proxy.async) and arrives on full_V. At most one block per tile
+          // has rows past Nk, but tail_V serves every tile of the block's life: its parity is the
+          // count of its uses. The wait keeps the producer from running ahead for that one block.
+          const int unfilled = (kV & kVarlen) && var.used_k ? (x.j_first + j + 1) * B_c - Nk : 0;
+          uint64_t* landed = unfilled > 0 ? tail_V : &full_V[s];
+          tma::arrive_expect_tx(landed, B_c * d * sizeof(T));
 #pragma unroll
           for (int p = 0; p < d / P; ++p)
-            tma::load_3d(V_buf + s * B_c * d + p * B_c * P, &tm_V, p * P, k0, kv, &full_V[s]);
+            tma::load_3d(V_buf + s * B_c * d + p * B_c * P, &tm_V, p * P, k0, kv, landed);
+          if (unfilled > 0) {
+            tma::wait(tail_V, uint32_t(tails++ & 1));
+            for (int p = 0; p < d / P; ++p)  // rows B_c − unfilled … B_c − 1 of each [B_c][P] panel, whole
+              for (int r = B_c - unfilled; r < B_c; ++r)  // rows (the swizzle permutes within a row)
+#pragma unroll
+                for (int e = 0; e < P / 8; ++e)
+                  *reinterpret_cast<uint4*>(V_buf + s * B_c * d + p * B_c * P + r * P + 8 * e) = make_uint4(0, 0, 0, 0);
+            wgmma::fence_proxy_async();
+            tma::arrive(&full_V[s]);
+          }
         }
         blocks += x.T_c;
       }
@@ -302,6 +368,11 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   int n_tile = 0;           // tiles so far: Q_i's parity
   for (int tt = first_tile(); tt < n_tiles; tt = next_tile(tt), ++n_tile) {
     const Tile x = tile_of(tt);
+    if constexpr ((kV & kVarlen) != 0)
+      if (x.i0 >= Nq) {  // an empty tile, skipped as the producer skips it: no phase, no stage, no turn
+        --n_tile;
+        continue;
+      }
     const int T_c = x.T_c, j_first = x.j_first;
     i0 = x.i0;
     row0 = i0 + 64 * c + warp * 16 + g;
@@ -370,8 +441,10 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
     // ---- Epilogue (lines 12–15): O_i = diag(ℓ_i)⁻¹ O_i, L_i = τ m_i + log ℓ_i, rows past Nq not
     // stored. O_i leaves from registers: the thread's two neighbouring columns in one 4-byte store
     // (Q_i's shared tile, 08g's staging buffer, may already hold the next tile's Q_i).
-    T* O_g = O + (int64_t(x.bh) * Nq + i0) * d;  // O_i: [min(B_r, Nq − i0)][d] in HBM
-    float* L_g = L + int64_t(x.bh) * Nq + i0;    // L_i: [min(B_r, Nq − i0)] in HBM
+    const int64_t h = x.bh % H;
+    T* O_g = O + (packed ? (int64_t(q_tok) + i0) * H + h : int64_t(x.bh) * Nq + i0) * d;  // O_i: [min(B_r, Nq − i0)][d]
+    const int64_t ld_O = packed ? H * d : d;                                               //   in HBM, rows ld_O apart
+    float* L_g = L + (packed ? h * var.total_q + q_tok : int64_t(x.bh) * Nq) + i0;        // L_i: [min(B_r, Nq − i0)] in HBM
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float l = l_i[r];
@@ -383,7 +456,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
       if (i0 + row < Nq) {
 #pragma unroll
         for (int n = 0; n < d / 8; ++n)
-          *reinterpret_cast<uint32_t*>(O_g + int64_t(row) * d + 8 * n + 2 * t) =
+          *reinterpret_cast<uint32_t*>(O_g + int64_t(row) * ld_O + 8 * n + 2 * t) =
               mma::pack2<T>(O_i[n][2 * r] * inv_l, O_i[n][2 * r + 1] * inv_l);
         if (t == 0) L_g[row] = log_sum_exp(m_i[r], l, kV & kSoftcap ? 1.f : scale, z_log2);
       }
@@ -417,23 +490,30 @@ void launch(const Problem& p, const ForwardArgs& a) {
   const int64_t T_r = ceil_div<int64_t>(p.Nq, B_r);
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   // The tensor maps: Q as [B·H][Nq][d] in boxes of [B_r][64], K and V as [B·H_kv][Nk][d] in boxes of [B_c][64].
-  const CUtensorMap tm_Q = tma::make_tensor_map(a.q, bf16, p.B * p.H, p.Nq, d, B_r, "Q");
-  const CUtensorMap tm_K = tma::make_tensor_map(a.k, bf16, p.B * p.H_kv, p.Nk, d, B_c, "K");
-  const CUtensorMap tm_V = tma::make_tensor_map(a.v, bf16, p.B * p.H_kv, p.Nk, d, B_c, "V");
-  // Q_i, the K and V rings, 2 + 4·kStages barriers of 8 bytes; 1024 for the panels' alignment.
-  const size_t smem = size_t(B_r + 2 * kStages * B_c) * d * sizeof(T) + 8 * (2 + 4 * kStages) + 1024;
+  // Packed (varlen, as 08j): Q as H slices d apart of total_q rows H·d apart, K and V likewise with
+  // H_kv; a box's rows past a sequence's end are the next sequence's, which the kernel masks or drops.
+  const bool vl = p.varlen();
+  const CUtensorMap tm_Q = tma::make_tensor_map(a.q, bf16, vl ? p.H : p.B * p.H, vl ? p.total_q() : p.Nq, d, B_r,
+                                                "Q", p.q_stride(), vl ? d : 0);
+  const CUtensorMap tm_K = tma::make_tensor_map(a.k, bf16, vl ? p.H_kv : p.B * p.H_kv, vl ? p.total_k() : p.Nk, d,
+                                                B_c, "K", p.kv_stride(), vl ? d : 0);
+  const CUtensorMap tm_V = tma::make_tensor_map(a.v, bf16, vl ? p.H_kv : p.B * p.H_kv, vl ? p.total_k() : p.Nk, d,
+                                                B_c, "V", p.kv_stride(), vl ? d : 0);
+  // Q_i, the K and V rings, 3 + 4·kStages barriers of 8 bytes (tail_V: seqused_k's); 1024 for the panels' alignment.
+  const size_t smem = size_t(B_r + 2 * kStages * B_c) * d * sizeof(T) + 8 * (3 + 4 * kStages) + 1024;
   auto kernel = attention_kernel<T, d, B_c, kV>;
   allow_smem(kernel, smem);
   // One block per SM (each takes an SM's shared memory and registers), or one per tile if fewer.
   int dev = 0, sms = 0;
   FL_CUDA(cudaGetDevice(&dev));
   FL_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int64_t n_tiles = T_r * p.B * p.H;
+  const int64_t n_tiles = T_r * p.B * p.H;  // varlen: T_r of the longest sequence, the others' tiles past their end empty
   const int64_t units = p.causal ? ceil_div<int64_t>(n_tiles, 2) : n_tiles;  // causal: pairs of tiles
   const unsigned grid = unsigned(units < sms ? units : sms);
   kernel<<<dim3(grid), dim3(kThreads), smem, static_cast<cudaStream_t>(a.stream)>>>(
       tm_Q, tm_K, tm_V, static_cast<T*>(a.o), a.lse, p.H, p.H_kv, int(p.Nq), int(p.Nk), T_r, int(n_tiles),
-      float(p.softmax_scale()), p.causal, VariantArgs::of(p, a.alibi_slopes));
+      float(p.softmax_scale()), p.causal,
+      VariantArgs::of(p, a.alibi_slopes, a.cu_seqlens_q, a.cu_seqlens_k, a.seqused_k));
   FL_CUDA(cudaGetLastError());
 }
 
@@ -441,6 +521,7 @@ void forward(const Problem& p, const ForwardArgs& a) {
   // The masked tile (B_c = 128 at d = 128) wherever a mask has a diagonal edge: causal or a window.
   const bool edged = p.causal || p.window_left >= 0 || p.window_right >= 0;
   const int kv = VariantArgs::bits(p);
+  const bool lengths = VariantArgs::per_sequence(p);  // varlen or seqused_k: the kVarlen bit
   dispatch<TmaD>(p, [&](auto T_, auto d_) {
     using T = decltype(T_);
     constexpr int d = decltype(d_)::value;
@@ -451,11 +532,15 @@ void forward(const Problem& p, const ForwardArgs& a) {
       else
         launch<T, d, kBc<d>(true), K>(p, a);
     };
+    auto with_len = [&](auto kv_) {
+      if (lengths) with_bc(std::integral_constant<int, decltype(kv_)::value | kVarlen>{});
+      else with_bc(kv_);
+    };
     switch (kv) {
-      case 0: with_bc(std::integral_constant<int, 0>{}); break;
-      case kSoftcap: with_bc(std::integral_constant<int, kSoftcap>{}); break;
-      case kAlibi: with_bc(std::integral_constant<int, kAlibi>{}); break;
-      default: with_bc(std::integral_constant<int, kSoftcap | kAlibi>{}); break;
+      case 0: with_len(std::integral_constant<int, 0>{}); break;
+      case kSoftcap: with_len(std::integral_constant<int, kSoftcap>{}); break;
+      case kAlibi: with_len(std::integral_constant<int, kAlibi>{}); break;
+      default: with_len(std::integral_constant<int, kSoftcap | kAlibi>{}); break;
     }
   });
 }
