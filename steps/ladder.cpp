@@ -107,7 +107,7 @@ const std::vector<Step>& ladder() {
       {"08k", "08k_persistent",
        "persistent: one block per SM walks many tiles; the producer loads the next Q_i, K_j, V_j while this tile ends",
        Where::gpu, false, kGpuTypes, TmaD::list(), FL_GPU(s08k::impl), "08j", Arch::sm90a, false,
-       kWindow | kSoftcap | kAlibi},
+       kWindow | kSoftcap | kAlibi | kVarlen | kSeqused},
       {"09", "09_backward",
        "FA2 Algorithm 2: D = rowsum(dO∘O); one block per K_j/V_j keeps dK_j, dV_j on chip; dQ by atomicAdd in fp32",
        Where::gpu, true, kGpuTypes, BwdD::list(), FL_GPU(s09::impl), "08d"},

@@ -20,6 +20,7 @@
 // past its sequence's end is skipped by the producer and the consumers alike (see tile_of).
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -176,7 +177,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
       tma::init(&empty_K[s], 4 * kConsumers);  // one arrival per consumer warp
       tma::init(&empty_V[s], 4 * kConsumers);
     }
-    if constexpr ((kV & kVarlen) != 0) tma::init(tail_V, 1);
+    if constexpr (kV & kVarlen) tma::init(tail_V, 1);
     tma::fence_init();
   }
   __syncthreads();  // the last block-wide barrier: from here on the roles only meet at mbarriers
@@ -213,15 +214,16 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
           for (int p = 0; p < d / P; ++p)
             tma::load_3d(K_buf + s * B_c * d + p * B_c * P, &tm_K, p * P, k0, kv, &full_K[s]);
           tma::wait(&empty_V[s], ph ^ 1);
-          // seqused_k (as 08j): the cache rows past the used keys may hold NaN, and P̃ = 0 times a NaN
-          // of V_j is NaN in O_i, so the last block's unfilled rows are cleared before the consumers
-          // read it: the copy lands on tail_V, this thread writes the zeros, orders them before the
-          // tensor cores' reads (fence.proxy.async) and arrives on full_V. At most one block per tile
-          // has rows past Nk, but tail_V serves every tile of the block's life: its parity is the
-          // count of its uses. The wait keeps the producer from running ahead for that one block.
+          // seqused_k: the rows of a cache past its used keys may hold anything, NaN included. The mask
+          // sets their logits to −∞ (an assignment, so a NaN in K_j goes too), but P̃ = 0 times a NaN of
+          // V_j is NaN in O_i: the last block's unfilled rows of V_j are cleared before the consumers see
+          // it. The copy lands on tail_V (one last block per Q_i, but many Q_i per thread block: its
+          // parity is the count of its uses, tails), this thread writes the zeros
+          // and orders them before the tensor cores' reads (fence.proxy.async), then arrives on full_V.
+          // Packed sequences alone need none of this: their rows past N_k are the next sequence's keys.
           const int unfilled = (kV & kVarlen) && var.used_k ? (x.j_first + j + 1) * B_c - Nk : 0;
           uint64_t* landed = unfilled > 0 ? tail_V : &full_V[s];
-          tma::arrive_expect_tx(landed, B_c * d * sizeof(T));
+          tma::arrive_expect_tx(landed, B_c * d * sizeof(T));  // V_j on its own barrier: S_ij needs only K_j
 #pragma unroll
           for (int p = 0; p < d / P; ++p)
             tma::load_3d(V_buf + s * B_c * d + p * B_c * P, &tm_V, p * P, k0, kv, landed);
@@ -509,7 +511,17 @@ void launch(const Problem& p, const ForwardArgs& a) {
   FL_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int64_t n_tiles = T_r * p.B * p.H;  // varlen: T_r of the longest sequence, the others' tiles past their end empty
   const int64_t units = p.causal ? ceil_div<int64_t>(n_tiles, 2) : n_tiles;  // causal: pairs of tiles
-  const unsigned grid = unsigned(units < sms ? units : sms);
+  unsigned grid = unsigned(units < sms ? units : sms);
+  // FLASHLADDER_PERSISTENT_GRID, if set (the tests): at most that many blocks. Small problems (every
+  // variable-length test case) have fewer tiles than SMs, so each block would take one and the walk
+  // across tiles (empty tiles skipped, the counters and tail_V's parity carried over) would go untested.
+  if (const char* e = std::getenv("FLASHLADDER_PERSISTENT_GRID"); e && *e) {
+    char* end = nullptr;
+    const long long v = std::strtoll(e, &end, 10);
+    if (*end != '\0' || v < 1)
+      throw Error(std::string("FLASHLADDER_PERSISTENT_GRID = '") + e + "' is not a whole number >= 1 (the most blocks)");
+    if (v < grid) grid = unsigned(v);
+  }
   kernel<<<dim3(grid), dim3(kThreads), smem, static_cast<cudaStream_t>(a.stream)>>>(
       tm_Q, tm_K, tm_V, static_cast<T*>(a.o), a.lse, p.H, p.H_kv, int(p.Nq), int(p.Nk), T_r, int(n_tiles),
       float(p.softmax_scale()), p.causal,
