@@ -119,9 +119,10 @@ const std::vector<Step>& ladder() {
        Where::gpu, true, kGpuTypes, WgmmaBwdD::list(), FL_GPU(s09c::impl), "09b", Arch::sm90a,
        /*deterministic_backward=*/true},
       {"09d", "09d_variants",
-       "the backward through 08j's variants: the window's Q blocks only, ALiBi unchanged, dS_ij ∘ (1 − tanh²) for the softcap",
+       "the backward through 08j's variants: the window's Q blocks only, ALiBi unchanged, dS_ij ∘ (1 − tanh²) for the softcap, "
+       "packed variable-length batches",
        Where::gpu, true, kGpuTypes, WgmmaBwdD::list(), FL_GPU(s09d::impl), "09c", Arch::sm90a,
-       /*deterministic_backward=*/true, kWindow | kSoftcap | kAlibi},  // not varlen: its backward reads [B][H][N][d]
+       /*deterministic_backward=*/true, kWindow | kSoftcap | kAlibi | kVarlen | kSeqused},
       {"10", "10_split_kv",
        "split-KV decoding: the keys split across thread blocks too, partials merged by the logsumexp rule; GQA heads packed into one tile",
        Where::gpu, false, kGpuTypes, DecodeD::list(), FL_GPU(s10::impl), "08d", Arch::any, false,

@@ -12,8 +12,8 @@
 // the workspace it reports is the partials' size, and a bad FLASHLADDER_SPLITS is refused with the
 // reason.
 //
-// Last, the variants a decode batch has (issue 21), on the GPU steps that list them (step 10, 08j and 08k; 09d for a
-// window alone): caches filled to different lengths (seqused_k, down to no key at all), the sliding
+// Last, the variants a decode batch has (issue 21), on the GPU steps that list them (step 10, 08j, 08k,
+// 09d): caches filled to different lengths (seqused_k, down to no key at all), the sliding
 // window (w, 0) with causal and without, a window larger than the cache, both edges, GQA up to 8, each
 // with step 10's forced splits too. The cache rows past seqused_k[b] hold NaN, so a kernel that reads
 // one into a product fails; and the splits are counted from the keys visited, not from Nk.

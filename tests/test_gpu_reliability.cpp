@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <limits>
 
 #include "app/cases.hpp"  // PrintTo(const Step*): test names show the step, not an address
 #include "gpu_gate.hpp"
@@ -305,6 +306,45 @@ TEST_P(DeterministicBackward, WindowedRunsBitwiseIdentical) {
     const std::string why = s->refusal(p);
     ASSERT_TRUE(why.empty()) << why;
     const Inputs in = make_inputs(p, 17);
+    const Outputs first = run_step(*s, in, true);
+    const Verdict v = verify(in, first, expected_for(in, true), true);
+    ASSERT_EQ(v.checks.size(), 5u);
+    for (const Check& c : v.checks) EXPECT_TRUE(c.pass) << "d = " << d << ": " << c.summary();
+    int differ = 0;
+    for (int r = 1; r < 20 && differ < 3; ++r) {
+      const Outputs o = run_step(*s, in, true);
+      const bool same = bitwise_equal(first.dq, o.dq) && bitwise_equal(first.dk, o.dk) && bitwise_equal(first.dv, o.dv);
+      if (!same) ADD_FAILURE() << s->folder << " d = " << d << ": run " << r << " differs from run 0", ++differ;
+    }
+  }
+}
+
+// Packed sequences (09d): the turn counters are the packed workspace's, one per (head, Q block of a
+// sequence), and the turns at a Q block are counted from j_lo(i) of its own sequence; blocks of keys no
+// query sees (past seqused_k) leave without a turn. Three sequences with a window, one of them with fewer
+// used keys than it holds (those rows NaN); 20 runs bitwise identical, and each the oracle's answer.
+TEST_P(DeterministicBackward, VarlenRunsBitwiseIdentical) {
+  FL_NEED_GPU();
+  const Step* s = GetParam();
+  if ((s->variants & (kVarlen | kSeqused)) != unsigned(kVarlen | kSeqused))
+    GTEST_SKIP() << s->folder << " does not list variable length and seqused_k";
+  for (int64_t d : {int64_t(64), int64_t(128)}) {
+    if (!s->supports_d(d)) continue;
+    Problem p;
+    p.B = 3; p.H = 4; p.H_kv = 2; p.Nq = 1300; p.Nk = 2100; p.d = d; p.dtype = DType::bf16;
+    p.cu_seqlens_q = {0, 700, 2000, 2257};  // 700, 1300, 257 queries
+    p.cu_seqlens_k = {0, 900, 3000, 3300};  // 900, 2100, 300 keys held
+    p.seqused_k = {900, 1700, 300};
+    p.window_left = 300; p.window_right = 40;
+    p.deterministic = true;
+    const std::string why = s->refusal(p);
+    ASSERT_TRUE(why.empty()) << why;
+    Inputs in = make_inputs(p, 18);
+    for (int64_t hk = 0; hk < p.H_kv; ++hk)
+      for (int64_t j = p.seqlen_k(1); j < p.keys_stored(1); ++j)
+        for (int64_t c = 0; c < p.d; ++c)
+          in.k[size_t(p.kv_off(1, hk, j) + c)] = in.v[size_t(p.kv_off(1, hk, j) + c)] =
+              std::numeric_limits<float>::quiet_NaN();
     const Outputs first = run_step(*s, in, true);
     const Verdict v = verify(in, first, expected_for(in, true), true);
     ASSERT_EQ(v.checks.size(), 5u);

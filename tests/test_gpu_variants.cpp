@@ -7,11 +7,13 @@
 // kernel skipped is NaN and fails. A step that lists a variant must not refuse these cases; every other
 // GPU step must refuse them with the reason (never run them silently as the plain problem).
 // Variable length and seqused_k (suite Varlen, at the end) have their own cases: sequences of their own
-// lengths packed along one token axis, judged per sequence by the oracle.
+// lengths packed along one token axis, judged per sequence by the oracle, forward and (09d) backward;
+// the key rows past seqused_k hold NaN.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -269,7 +271,17 @@ TEST_P(Varlen, MatchesOracle) {
   ASSERT_EQ(p.invalid_reason(), "") << x.c->name;
   ASSERT_EQ(s.refusal(p), "") << s.folder << " lists the variants of " << p.describe() << " but refuses it";
   const uint64_t seed = 21500 + uint64_t(x.c - varlen_cases().data());
-  const Inputs in = make_inputs(p, seed);
+  Inputs in = make_inputs(p, seed);
+  // A KV cache's rows past seqused_k[b] hold anything: NaN here. The oracle never reads them; a kernel
+  // that multiplies one into a product (even by P = 0: 0 · NaN = NaN) fails. In the backward, dQ_i =
+  // dS_ij K_j and dP_ij = dO_i V_jᵀ read K_j and V_j whole; those keys' dK, dV must come out 0.
+  for (int64_t b = 0; b < p.B && !p.seqused_k.empty(); ++b)
+    for (int64_t hk = 0; hk < p.H_kv; ++hk)
+      for (int64_t j = p.seqlen_k(b); j < p.keys_stored(b); ++j)
+        for (int64_t c = 0; c < p.d; ++c) {
+          in.k[size_t(p.kv_off(b, hk, j) + c)] = std::numeric_limits<float>::quiet_NaN();
+          in.v[size_t(p.kv_off(b, hk, j) + c)] = std::numeric_limits<float>::quiet_NaN();
+        }
   const bool bwd = s.has_backward();
   const Outputs got = run_step(s, in, bwd);
   const Verdict v = verify(in, got, expected_for(in, bwd), bwd);
@@ -287,7 +299,8 @@ INSTANTIATE_TEST_SUITE_P(Gpu, Varlen, ::testing::ValuesIn(varlen_params()),
                                   (i.param.grid.empty() ? "" : "_G" + i.param.grid);
                          });
 
-// The cases are well formed, and some GPU step runs them (08j, 08k), in a build with the GPU steps.
+// The cases are well formed, and some GPU step runs them (08j, 08k, and 09d's backward), in a build
+// with the GPU steps.
 TEST(Varlen, CasesAreValidAndSomeStepRunsThem) {
   for (const VarlenCase& c : varlen_cases()) {
     const Problem p = problem_of(c);
@@ -303,9 +316,8 @@ TEST(Varlen, CasesAreValidAndSomeStepRunsThem) {
   }
 }
 
-// The backward steps do not have them yet (09d reuses 08j's forward but its backward reads
-// [B][H][N][d]): they refuse variable length and seqused_k with the reason, and so does every other
-// GPU step that does not list them.
+// The last rungs list them (08j and 08k forward, 09d forward and backward); every other GPU step refuses
+// variable length and seqused_k with the reason (step 10 lists seqused_k alone).
 TEST(Varlen, OtherStepsRefuseItWithTheReason) {
   for (const VarlenCase& c : varlen_cases()) {
     const Problem p = problem_of(c);
@@ -320,10 +332,14 @@ TEST(Varlen, OtherStepsRefuseItWithTheReason) {
           << s.folder << ": " << why;
     }
   }
-  const Step* bwd = find_step("09d");
-  ASSERT_NE(bwd, nullptr);
-  EXPECT_EQ(bwd->variants & (kVarlen | kSeqused), 0u) << "09d's backward reads the [B][H][N][d] layout";
-  EXPECT_NE(bwd->refusal(problem_of(varlen_cases()[0])).find("variable length"), std::string::npos);
+  for (const char* number : {"08j", "08k", "09d"}) {
+    const Step* s = find_step(number);
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->variants & (kVarlen | kSeqused), unsigned(kVarlen | kSeqused)) << s->folder;
+  }
+  const Step* plain = find_step("09c");
+  ASSERT_NE(plain, nullptr);
+  EXPECT_NE(plain->refusal(problem_of(varlen_cases()[0])).find("variable length"), std::string::npos);
 }
 
 }  // namespace

@@ -7,7 +7,7 @@ import re
 import pytest
 
 PAGE = pathlib.Path(__file__).resolve().parents[1] / "README.md"
-BLOCK = re.compile(r"<!-- test: (cpu|gpu) -->\s*\n```python\n(.*?)\n```", re.S)
+BLOCK = re.compile(r"<!-- test: (cpu|gpu|triton) -->\s*\n```python\n(.*?)\n```", re.S)
 
 
 def blocks(kind):
@@ -36,3 +36,18 @@ def test_readme_gpu_example(cuda_torch):
     ns = run_cpu_blocks()
     for i, code in enumerate(blocks("gpu")):
         exec(compile(code, f"{PAGE}:gpu block {i + 1}", "exec"), ns)
+
+
+def test_readme_triton_example(cuda_torch):
+    # The Triton kernel of the page, compiled for this GPU and judged by check(). triton.jit reads its
+    # function's source (inspect), so each block is registered in linecache under its own name first.
+    pytest.importorskip("triton", reason="Triton is not installed (it comes with PyTorch's CUDA wheels)")
+    import linecache
+    assert len(blocks("triton")) >= 1
+    ns = run_cpu_blocks()
+    for code in blocks("gpu"):
+        exec(compile(code, f"{PAGE}:gpu", "exec"), ns)
+    for i, code in enumerate(blocks("triton")):
+        name = f"<{PAGE.name}: triton block {i + 1}>"
+        linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
+        exec(compile(code, name, "exec"), ns)

@@ -14,6 +14,12 @@
 //     in 09c). t_ij is computed once, with P_ij, and (1 − t_ij²) kept in the registers that held S_ij.
 //   - Deterministic mode: the column blocks that meet Q_i are no longer 0 … J but j_lo(i) … J, so block
 //     j's turn at Q_i is j − j_lo(i), with j_lo(i) the block of Q_i's first visible key.
+//   - Variable length (Q, O, dO, dQ [total_q][H][d], K, V, dK, dV [total_k][H_kv][d], cu_seqlens_q/k)
+//     and seqused_k, as 08j's forward: each thread block reads its sequence's offsets and lengths, and Nq,
+//     Nk in every rule above become that sequence's. Three things are the backward's own: the workspace
+//     is packed too (Workspace::blocks); a column block that no query of its sequence sees writes
+//     dK_j = dV_j = 0 and leaves; and with seqused_k the rows of K_j, V_j past the used keys, which may
+//     hold NaN, are cleared in shared memory before any product reads them (the consumers' first lines).
 // Everything else is 09c's.
 #include <algorithm>
 #include <climits>
@@ -72,35 +78,51 @@ __host__ __device__ __forceinline__ void dq_element(int c, int x, int& row, int&
   col = qn + 8 * (x / 4) + 2 * t + x % 2;
 }
 
-/// The workspace, in order: the dQ accumulator [B·H][T_r][B_r·d] fp32, L·log2 e and D padded
-/// [B·H][T_r·B_r] fp32 each, the turn counters [B·H][T_r] int.
+/// The workspace, in order: the dQ accumulator [Q blocks][B_r·d] fp32, L·log2 e and D padded
+/// [Q blocks][B_r] fp32 each, the turn counters [Q blocks] int. The Q blocks are [B·H][T_r]; packed
+/// (variable length) [H][total_q / B_r + B], see packed_block.
 template <int d>
 struct Workspace {
   float* dQ_acc;
   float* L2;
   float* D;
   int* turn;
+  static int64_t blocks(const Problem& p) {
+    constexpr int B_r = Bwd<d>::B_r;
+    return p.varlen() ? p.H * (p.total_q() / B_r + p.B) : p.B * p.H * ceil_div<int64_t>(p.Nq, B_r);
+  }
   Workspace(const Problem& p, void* base) {
-    const int64_t T_r = ceil_div<int64_t>(p.Nq, Bwd<d>::B_r), rows = p.B * p.H * T_r * Bwd<d>::B_r;
+    const int64_t rows = blocks(p) * Bwd<d>::B_r;
     dQ_acc = static_cast<float*>(base);
     L2 = dQ_acc + rows * d;
     D = L2 + rows;
     turn = reinterpret_cast<int*>(D + rows);
   }
   static size_t bytes(const Problem& p) {
-    const int64_t T_r = ceil_div<int64_t>(p.Nq, Bwd<d>::B_r), rows = p.B * p.H * T_r * Bwd<d>::B_r;
-    return sizeof(float) * size_t(rows * d + 2 * rows) + sizeof(int) * size_t(p.B * p.H * T_r);
+    const int64_t rows = blocks(p) * Bwd<d>::B_r;
+    return sizeof(float) * size_t(rows * d + 2 * rows) + sizeof(int) * size_t(blocks(p));
   }
 };
 
+// Packed, the workspace's Q block i of sequence b, head h. Sequence b's blocks start at the block that
+// holds its first token, cu_q[b] / B_r, moved up by b: each earlier sequence may end inside a block, so
+// this gives each its own and no two sequences share one (an accumulator block or turn counter shared
+// by two sequences would mix their dQ), in total_q / B_r + B blocks per head rather than B·T_r for the
+// longest sequence (FlashAttention-3 pads its varlen dQ accumulator and dP sums the same way).
+template <int B_r>
+__device__ __forceinline__ int64_t packed_block(const VariantArgs& var, int B, int b, int h, int i) {
+  return int64_t(h) * (var.total_q / B_r + B) + var.cu_q[b] / B_r + b + i;
+}
+
 // ==== Backward 1 of 3: D = rowsum(dO ∘ O); L·log2 e and D padded to whole Q blocks; zeroes ========
-// One warp per padded row (09b's kernel 1, which read L in the main kernel instead).
+// One warp per padded row (09b's kernel 1, which read L in the main kernel instead). Packed: the same
+// walk, B sequences of T_r blocks (the longest sequence's), each skipping the rows past its own last block.
 constexpr int kRowWarps = 8;
 
-template <class T, int d>
+template <class T, int d, bool kPacked>
 __global__ void __launch_bounds__(32 * kRowWarps)
 prepare_kernel(const T* __restrict__ o, const T* __restrict__ dO, const float* __restrict__ lse,
-               Workspace<d> ws, int64_t bh_count, int Nq) {
+               Workspace<d> ws, int64_t bh_count, int Nq, int H, VariantArgs var) {
   constexpr int B_r = Bwd<d>::B_r;
   const int lane = threadIdx.x % 32;
   const int T_r = ceil_div(Nq, B_r);
@@ -109,10 +131,19 @@ prepare_kernel(const T* __restrict__ o, const T* __restrict__ dO, const float* _
        prow += int64_t(gridDim.x) * kRowWarps) {  // the same trip count for the 32 lanes of a warp
     const int64_t bh = prow / (int64_t(T_r) * B_r);
     const int r = int(prow % (int64_t(T_r) * B_r));  // row within the (batch, head)
+    int b = 0, h = 0, q_tok = 0, n_q = Nq;  // packed: row r of sequence b, head h is token q_tok + r
+    if constexpr (kPacked) {
+      b = int(bh / H), h = int(bh % H), q_tok = var.cu_q[b];
+      n_q = var.cu_q[b + 1] - q_tok;
+      if (r >= ceil_div(n_q, B_r) * B_r) continue;  // past the sequence's last block (the whole warp)
+    }
+    const int64_t w_row =  // the workspace's row
+        kPacked ? packed_block<B_r>(var, int(bh_count / H), b, h, r / B_r) * B_r + r % B_r : prow;
     float sum = 0.f;
-    if (r < Nq) {
-      const T* o_r = o + (bh * Nq + r) * d;    // O row  [d]
-      const T* do_r = dO + (bh * Nq + r) * d;  // dO row [d]
+    if (r < n_q) {
+      const int64_t at = kPacked ? (int64_t(q_tok) + r) * H + h : bh * Nq + r;
+      const T* o_r = o + at * d;    // O row  [d]
+      const T* do_r = dO + at * d;  // dO row [d]
       for (int c = 2 * lane; c < d; c += 64) {
         const float2 x = unpack2<T>(*reinterpret_cast<const uint32_t*>(o_r + c));
         const float2 y = unpack2<T>(*reinterpret_cast<const uint32_t*>(do_r + c));
@@ -122,12 +153,13 @@ prepare_kernel(const T* __restrict__ o, const T* __restrict__ dO, const float* _
       for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
     }
     if (lane == 0) {
-      ws.D[prow] = sum;  // 0 past Nq
-      ws.L2[prow] = r < Nq ? lse[bh * Nq + r] * kLog2e : INFINITY;  // past Nq: P = exp2(· − ∞) = 0
+      ws.D[w_row] = sum;  // 0 past Nq
+      ws.L2[w_row] = r < n_q ? lse[kPacked ? h * var.total_q + q_tok + r : bh * Nq + r] * kLog2e
+                             : INFINITY;  // past Nq: P = exp2(· − ∞) = 0
     }
-    float4* acc = reinterpret_cast<float4*>(ws.dQ_acc + prow * d);  // one padded row's worth [d]
+    float4* acc = reinterpret_cast<float4*>(ws.dQ_acc + w_row * d);  // one padded row's worth [d]
     for (int c = lane; c < d / 4; c += 32) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (lane == 0 && r % B_r == 0) ws.turn[prow / B_r] = 0;  // one counter per Q block
+    if (lane == 0 && r % B_r == 0) ws.turn[w_row / B_r] = 0;  // one counter per Q block
   }
 }
 
@@ -169,6 +201,36 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
   const int j = blockIdx.x % T_c, bk = blockIdx.x / T_c;
   const int b = bk / n.H_kv, h_kv = bk % n.H_kv;
   const int j0 = j * B_c;
+  // Variable length and seqused_k: a template bit (kVarlen), as in 08j, so the plain problem's kernel has
+  // none of these reads. Packed, sequence b is the tokens [q_tok, q_tok + Nq) of Q, dO, dQ and
+  // [k_tok, k_tok + n_k) of K, V, dK, dV; from here on n.Nq and n.Nk are its own lengths (n.Nk =
+  // seqused_k[b] keys when given) in every rule, and n_k the key rows it holds. The grid covers the
+  // longest sequence: a K_j past this one's rows leaves at once; a K_j that no query sees (past the used
+  // keys, or a sequence without queries) writes dK_j = dV_j = 0 on the rows it holds and leaves; both
+  // before any barrier is set up.
+  const bool packed = (kV & kVarlen) && var.cu_q;
+  int q_tok = 0, k_tok = 0, n_k = n.Nk;
+  auto kv_row = [&](int c) {  // dK and dV's row of key c: [B·H_kv][Nk][d], packed [total_k][H_kv][d]
+    return packed ? ((int64_t(k_tok) + c) * n.H_kv + h_kv) * d : (int64_t(bk) * n_k + c) * d;
+  };
+  if constexpr ((kV & kVarlen) != 0) {
+    if (packed) {
+      q_tok = var.cu_q[b], k_tok = var.cu_k[b];
+      n.Nq = var.cu_q[b + 1] - q_tok, n.Nk = n_k = var.cu_k[b + 1] - k_tok;
+    }
+    if (var.used_k) n.Nk = var.used_k[b];
+    if (j0 >= n_k) return;
+    if (j0 >= n.Nk || n.Nq == 0) {
+      for (int x = threadIdx.x; x < B_c * d / 8; x += blockDim.x) {  // 16-byte chunks of rows j0 …
+        const int c = j0 + x / (d / 8), col = x % (d / 8) * 8;
+        if (c < n_k) {
+          *reinterpret_cast<uint4*>(dK + kv_row(c) + col) = make_uint4(0, 0, 0, 0);
+          *reinterpret_cast<uint4*>(dV + kv_row(c) + col) = make_uint4(0, 0, 0, 0);
+        }
+      }
+      return;
+    }
+  }
   // The rows that see a key of K_j (see the header): [q_lo, q_hi], so the Q blocks [i_first, i_last].
   const int diag = n.Nk - n.Nq, k_last = min(j0 + B_c, n.Nk) - 1;
   const int q_lo = var.right < 0 ? 0 : max(0, j0 - diag - var.right);
@@ -209,25 +271,25 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
       tma::arrive_expect_tx(full_KV, 2 * B_c * d * sizeof(T));
 #pragma unroll
       for (int p = 0; p < d / P; ++p) {
-        tma::load_3d(K_s + p * B_c * P, &tm_K, p * P, j0, bk, full_KV);
-        tma::load_3d(V_s + p * B_c * P, &tm_V, p * P, j0, bk, full_KV);
+        tma::load_3d(K_s + p * B_c * P, &tm_K, p * P, k_tok + j0, packed ? h_kv : bk, full_KV);
+        tma::load_3d(V_s + p * B_c * P, &tm_V, p * P, k_tok + j0, packed ? h_kv : bk, full_KV);
       }
       for (int it = 0; it < n_iter; ++it) {
         const int s = it % kStages;
         int h, i;
         q_block(it, h, i);
         const int bh = b * n.H + h;
-        const int qb = bh * T_r + i;  // Q_i's row of the padded L·log2 e and D
+        const int qb = packed ? int(packed_block<B_r>(var, n.B, b, h, i)) : bh * T_r + i;  // Q_i's row of L·log2 e, D
         tma::wait(&empty[s], (it / kStages & 1) ^ 1);
         tma::arrive_expect_tx(&full_Q[s], B_r * d * sizeof(T) + B_r * sizeof(float));
 #pragma unroll
         for (int p = 0; p < d / P; ++p)
-          tma::load_3d(Q_buf + s * B_r * d + p * B_r * P, &tm_Q, p * P, i * B_r, bh, &full_Q[s]);
+          tma::load_3d(Q_buf + s * B_r * d + p * B_r * P, &tm_Q, p * P, q_tok + i * B_r, packed ? h : bh, &full_Q[s]);
         tma::load_2d(L2_buf + s * B_r, &tm_L2, 0, qb, &full_Q[s]);
         tma::arrive_expect_tx(&full_dO[s], B_r * d * sizeof(T) + B_r * sizeof(float));
 #pragma unroll
         for (int p = 0; p < d / P; ++p)
-          tma::load_3d(dO_buf + s * B_r * d + p * B_r * P, &tm_dO, p * P, i * B_r, bh, &full_dO[s]);
+          tma::load_3d(dO_buf + s * B_r * d + p * B_r * P, &tm_dO, p * P, q_tok + i * B_r, packed ? h : bh, &full_dO[s]);
         tma::load_2d(D_buf + s * B_r, &tm_D, 0, qb, &full_dO[s]);
       }
     }
@@ -246,6 +308,26 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
 #pragma unroll
   for (int x = 0; x < d / 2; ++x) dK_j[x] = dV_j[x] = 0.f;
   tma::wait(full_KV, 0);
+  if constexpr ((kV & kVarlen) != 0) {
+    // seqused_k: the rows of a cache past its used keys may hold anything, NaN included. The mask sets
+    // P_ij to 0 there (an assignment), but 0 times a NaN is NaN, and the products multiply those rows
+    // in: dP_ijᵀ = V_j dO_iᵀ, so dS_ij = P_ij ∘ (dP_ij − D_i) = 0 · NaN; dQ_i = dS_ij K_j, where a NaN of
+    // K_j spoils the row even with dS_ij = 0; and the softcap's 1 − t² of S_ij. So the consumers clear
+    // K_j's and V_j's rows from the first unused key on, once the copy has landed, and order the stores
+    // before the tensor cores' reads (as 08j's producer clears V_j's). Those keys' dK_j, dV_j then come
+    // out 0, the convention for keys no query sees. Packed sequences alone need none of this: their rows
+    // past N_k are the next sequence's keys, with P_ij = dS_ij = 0.
+    if (var.used_k && j0 + B_c > n.Nk) {
+      for (int x = tid; x < (j0 + B_c - n.Nk) * (d / 8); x += 256) {  // 16-byte chunks of whole rows
+        const int r = n.Nk - j0 + x / (d / 8), ch = x % (d / 8);      // (the swizzle permutes within one)
+        const int at = ch / 8 * B_c * P + r * P + ch % 8 * 8;
+        *reinterpret_cast<uint4*>(K_s + at) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(V_s + at) = make_uint4(0, 0, 0, 0);
+      }
+      wgmma::fence_proxy_async();  // the zeros, visible to the tensor cores after the barrier
+      tma::named_sync(1, 256);
+    }
+  }
 
   for (int it = 0; it < n_iter; ++it) {
     const int s = it % kStages;
@@ -397,8 +479,9 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
     wgmma::fence_proxy_async();       // the writes, visible to the copy engine after the barrier
     tma::named_sync(2, 256);          // also: every consumer is done reading dS_s for this iteration
     if (tid == 0) {
-      float* dst = ws.dQ_acc + (int64_t(bh) * T_r + i) * (B_r * d);
-      int* turn = ws.turn + int64_t(bh) * T_r + i;
+      const int64_t qb = packed ? packed_block<B_r>(var, n.B, b, h, i) : int64_t(bh) * T_r + i;  // the workspace's Q_i
+      float* dst = ws.dQ_acc + qb * (B_r * d);
+      int* turn = ws.turn + qb;
       if (n.deterministic) {  // wait until the column blocks before this one have added theirs
         // The column blocks that meet Q_i are j_lo … J: j_lo holds Q_i's first visible key (0 without a
         // left edge), so block j's turn is the (j − j_lo)-th. Block j − 1 has the smaller blockIdx: it is
@@ -422,11 +505,12 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
   if (tid == 0) tma::bulk_wait<0, false>();  // no bulk add outlives the block (nor reads freed shared memory)
 
   // ---- Epilogue: dK_j = τ · Σ dS_ijᵀ Q_i and dV_j → device memory, keys past Nk never stored (as 09b).
+  // (seqused_k: the keys past the used ones up to the rows held, n_k, are stored: their rows are 0.)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int c = j0 + key0 + 8 * r;
-    if (c < n.Nk) {
-      const int64_t row = (int64_t(bk) * n.Nk + c) * d + 2 * t;
+    if (c < n_k) {
+      const int64_t row = kv_row(c) + 2 * t;
 #pragma unroll
       for (int nt = 0; nt < d / 8; ++nt) {
         store2(dK + row + 8 * nt, pack2<T>(n.scale * dK_j[4 * nt + 2 * r], n.scale * dK_j[4 * nt + 2 * r + 1]));
@@ -438,8 +522,10 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
 }
 
 // ==== Backward 3 of 3: dQ = τ · (fp32 accumulator), back in [B][H][Nq][d] order, rounded to T =======
-template <class T, int d>
-__global__ void convert_dq_kernel(Workspace<d> ws, T* __restrict__ dq, int64_t bh_count, int Nq, float scale) {
+// Packed: back in [total_q][H][d] order, the same walk as kernel 1's.
+template <class T, int d, bool kPacked>
+__global__ void convert_dq_kernel(Workspace<d> ws, T* __restrict__ dq, int64_t bh_count, int Nq, float scale,
+                                  int H, VariantArgs var) {
   constexpr int B_r = Bwd<d>::B_r;
   const int T_r = ceil_div(Nq, B_r);
   const int64_t pairs = bh_count * T_r * (B_r * d / 2);  // one thread: the two floats x, x + 1 (x even)
@@ -450,9 +536,15 @@ __global__ void convert_dq_kernel(Workspace<d> ws, T* __restrict__ dq, int64_t b
     int row, col;
     dq_element<d>(c, x, row, col);  // x and x + 1: the same row, columns col and col + 1
     row += i * B_r;
-    if (row < Nq) {
-      const float2 f = *reinterpret_cast<const float2*>(ws.dQ_acc + blk * (B_r * d) + e);
-      store2(dq + (bh * Nq + row) * d + col, pack2<T>(scale * f.x, scale * f.y));
+    int b = 0, h = 0, q_tok = 0, n_q = Nq;  // packed: row `row` of sequence b, head h is token q_tok + row
+    if constexpr (kPacked) {
+      b = int(bh / H), h = int(bh % H), q_tok = var.cu_q[b];
+      n_q = var.cu_q[b + 1] - q_tok;
+    }
+    if (row < n_q) {
+      const int64_t w_blk = kPacked ? packed_block<B_r>(var, int(bh_count / H), b, h, i) : blk;  // the workspace's
+      const float2 f = *reinterpret_cast<const float2*>(ws.dQ_acc + w_blk * (B_r * d) + e);
+      store2(dq + (kPacked ? (int64_t(q_tok) + row) * H + h : bh * Nq + row) * d + col, pack2<T>(scale * f.x, scale * f.y));
     }
   }
 }
@@ -472,6 +564,9 @@ std::string limits(const Problem& p) {
   if (bwd_blocks > INT_MAX || p.B * p.H * ceil_div<int64_t>(p.Nq, 64) > INT_MAX)
     return "launches one block per (K/V block of 128, batch, K/V head) and counts "
            "(batch, head, Q block) triples in int: this problem needs more than 2^31 − 1";
+  if (p.varlen() && p.H * (p.total_q() / 64 + p.B) > INT_MAX)
+    return "numbers the Q blocks of its packed workspace (H · (total_q / 64 + B)) in int: " +
+           std::to_string(p.H * (p.total_q() / 64 + p.B)) + " is over 2^31 − 1";
   if (p.group() * ceil_div<int64_t>(p.Nq, 64) > kMaxRows)
     return "walks (query head, Q block) pairs with an int counter; H/H_kv · Nq/64 = " +
            std::to_string(p.group() * ceil_div<int64_t>(p.Nq, 64)) + " is over 2^29";
@@ -490,38 +585,52 @@ void launch_backward(const Problem& p, const BackwardArgs& a) {
                                                       {a.dk, "dK"}, {a.dv, "dV"}, {a.workspace, "the workspace"}};
   for (const auto& [ptr, name] : ptrs) check_aligned(ptr, name);  // (Q, K, V: the tensor maps check theirs)
   const Workspace<d> ws(p, a.workspace);
-  const int64_t bh = p.B * p.H, T_r = ceil_div<int64_t>(p.Nq, C::B_r);
+  const int64_t bh = p.B * p.H, T_r = ceil_div<int64_t>(p.Nq, C::B_r);  // packed: Nq is the longest sequence
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+  const bool vl = p.varlen();
+  const VariantArgs var = VariantArgs::of(p, a.alibi_slopes, a.cu_seqlens_q, a.cu_seqlens_k, a.seqused_k);
   // 1: D, the padded L·log2 e and D, zeroes.
   const int64_t prows = bh * T_r * C::B_r;
-  prepare_kernel<T, d><<<unsigned(std::min<int64_t>(ceil_div<int64_t>(prows, kRowWarps), 1 << 20)), 32 * kRowWarps, 0, s>>>(
-      static_cast<const T*>(a.o), static_cast<const T*>(a.dO), a.lse, ws, bh, int(p.Nq));
+  const unsigned prep_blocks = unsigned(std::min<int64_t>(ceil_div<int64_t>(prows, kRowWarps), 1 << 20));
+  (vl ? prepare_kernel<T, d, true> : prepare_kernel<T, d, false>)<<<prep_blocks, 32 * kRowWarps, 0, s>>>(
+      static_cast<const T*>(a.o), static_cast<const T*>(a.dO), a.lse, ws, bh, int(p.Nq), int(p.H), var);
   FL_CUDA(cudaGetLastError());
-  // 2: the main kernel, reading Q, dO as [B·H][Nq][d] and K, V as [B·H_kv][Nk][d] through tensor maps.
-  const CUtensorMap tm_Q = tma::make_tensor_map(a.q, bf16, bh, p.Nq, d, C::B_r, "Q");
-  const CUtensorMap tm_dO = tma::make_tensor_map(a.dO, bf16, bh, p.Nq, d, C::B_r, "dO");
-  const CUtensorMap tm_K = tma::make_tensor_map(a.k, bf16, p.B * p.H_kv, p.Nk, d, C::B_c, "K");
-  const CUtensorMap tm_V = tma::make_tensor_map(a.v, bf16, p.B * p.H_kv, p.Nk, d, C::B_c, "V");
-  const CUtensorMap tm_L2 = tma::make_row_map(ws.L2, bh * T_r, C::B_r, "L·log2 e");  // [B·H·T_r][B_r]
-  const CUtensorMap tm_D = tma::make_row_map(ws.D, bh * T_r, C::B_r, "D");
+  // 2: the main kernel, reading Q, dO as [B·H][Nq][d] and K, V as [B·H_kv][Nk][d] through tensor maps;
+  // packed, as 08j's: H slices d apart of total_q rows H·d apart (K, V: H_kv, total_k).
+  const CUtensorMap tm_Q = tma::make_tensor_map(a.q, bf16, vl ? p.H : bh, vl ? p.total_q() : p.Nq, d, C::B_r, "Q",
+                                                p.q_stride(), vl ? d : 0);
+  const CUtensorMap tm_dO = tma::make_tensor_map(a.dO, bf16, vl ? p.H : bh, vl ? p.total_q() : p.Nq, d, C::B_r, "dO",
+                                                 p.q_stride(), vl ? d : 0);
+  const CUtensorMap tm_K = tma::make_tensor_map(a.k, bf16, vl ? p.H_kv : p.B * p.H_kv, vl ? p.total_k() : p.Nk, d,
+                                                C::B_c, "K", p.kv_stride(), vl ? d : 0);
+  const CUtensorMap tm_V = tma::make_tensor_map(a.v, bf16, vl ? p.H_kv : p.B * p.H_kv, vl ? p.total_k() : p.Nk, d,
+                                                C::B_c, "V", p.kv_stride(), vl ? d : 0);
+  const int64_t q_blocks = Workspace<d>::blocks(p);
+  const CUtensorMap tm_L2 = tma::make_row_map(ws.L2, q_blocks, C::B_r, "L·log2 e");  // [Q blocks][B_r]
+  const CUtensorMap tm_D = tma::make_row_map(ws.D, q_blocks, C::B_r, "D");
   const unsigned blocks = unsigned(ceil_div<int64_t>(p.Nk, C::B_c) * p.B * p.H_kv);
   auto run = [&](auto kv_) {  // the kernel instantiated for the problem's variant bits (plain: 09c's)
     auto kernel = backward_kernel<T, d, decltype(kv_)::value>;
     allow_smem(kernel, C::smem_bytes);
     kernel<<<blocks, C::kThreads, C::smem_bytes, s>>>(tm_Q, tm_dO, tm_K, tm_V, tm_L2, tm_D, ws, static_cast<T*>(a.dk),
-                                                       static_cast<T*>(a.dv), dims_of(p), VariantArgs::of(p, a.alibi_slopes));
+                                                       static_cast<T*>(a.dv), dims_of(p), var);
+  };
+  auto with_len = [&](auto kv_) {  // varlen or seqused_k: the kVarlen bit (08j's)
+    if (VariantArgs::per_sequence(p)) run(std::integral_constant<int, decltype(kv_)::value | kVarlen>{});
+    else run(kv_);
   };
   switch (VariantArgs::bits(p)) {
-    case 0: run(std::integral_constant<int, 0>{}); break;
-    case kSoftcap: run(std::integral_constant<int, kSoftcap>{}); break;
-    case kAlibi: run(std::integral_constant<int, kAlibi>{}); break;
-    default: run(std::integral_constant<int, kSoftcap | kAlibi>{}); break;
+    case 0: with_len(std::integral_constant<int, 0>{}); break;
+    case kSoftcap: with_len(std::integral_constant<int, kSoftcap>{}); break;
+    case kAlibi: with_len(std::integral_constant<int, kAlibi>{}); break;
+    default: with_len(std::integral_constant<int, kSoftcap | kAlibi>{}); break;
   }
   FL_CUDA(cudaGetLastError());
   // 3: dQ.
   const int64_t pairs = bh * T_r * (C::B_r * d / 2);
-  convert_dq_kernel<T, d><<<unsigned(std::min<int64_t>(ceil_div<int64_t>(pairs, 256), 1 << 20)), 256, 0, s>>>(
-      ws, static_cast<T*>(a.dq), bh, int(p.Nq), float(p.softmax_scale()));
+  const unsigned conv_blocks = unsigned(std::min<int64_t>(ceil_div<int64_t>(pairs, 256), 1 << 20));
+  (vl ? convert_dq_kernel<T, d, true> : convert_dq_kernel<T, d, false>)<<<conv_blocks, 256, 0, s>>>(
+      ws, static_cast<T*>(a.dq), bh, int(p.Nq), float(p.softmax_scale()), int(p.H), var);
   FL_CUDA(cudaGetLastError());
 }
 
