@@ -17,7 +17,7 @@ struct VariantArgs {
   float softcap = 0.f;             // c (kSoftcap)
   const float* slopes = nullptr;   // ALiBi slopes, fp32 [H] or [B][H], device memory (kAlibi)
   int64_t slopes_b = 0;            // 0 for [H], H for [B][H]: the stride of b
-  // Per-sequence lengths (08j's and 09d's kVarlen bit), device memory, null where the problem has none:
+  // Per-sequence lengths (08j's, 08k's and 09d's kVarlen bit), device memory, null where the problem has none:
   const int32_t* cu_q = nullptr;   // cu_seqlens_q [B + 1]: Q, O packed [total_q][H][d]
   const int32_t* cu_k = nullptr;   // cu_seqlens_k [B + 1]: K, V packed [total_k][H_kv][d]
   const int32_t* used_k = nullptr; // seqused_k [B]: the keys sequence b attends to
@@ -52,7 +52,7 @@ struct VariantArgs {
   /// is not a bit: its edges are tested where 08i and 09c test causal's.
   static int bits(const Problem& p) { return (p.softcap ? kSoftcap : 0) | (p.alibi != Alibi::none ? kAlibi : 0); }
   /// True when a kernel reads each sequence's lengths from device memory (variable length, seqused_k):
-  /// 08j's and 09d's template bit kVarlen, left out of bits() because their dispatches add it to each
+  /// 08j's, 08k's and 09d's template bit kVarlen, left out of bits() because their dispatches add it to each
   /// case of bits() (and 09d's kernels 1 and 3 take only p.varlen(): seqused_k keeps their layout).
   static bool per_sequence(const Problem& p) { return p.varlen() || !p.seqused_k.empty(); }
 };
