@@ -172,46 +172,71 @@ int main() {
     int64_t B, H, H_kv, Nq, Nk;
   };
   const Shape shapes[] = {{2, 4, 2, 512, 512}, {1, 8, 2, 1, 32768}, {1, 8, 2, 4, 8192}, {1, 2, 1, 8192, 8192}};
+  // The variants' template bits (softcap, ALiBi, per-sequence lengths) select kernels of their own: each
+  // combination a step lists is probed too, so every instantiation's launch is recorded. Bits: 1 softcap,
+  // 2 ALiBi, 4 variable length, 8 seqused_k (alone: the [B][H][N][d] layout with per-sequence keys).
   int refused = 0, ran = 0;
   for (const Step& s : ladder()) {
     if (!s.gpu() || !s.impl) continue;
-    for (DType t : s.dtypes)
-      for (int64_t d : s.head_dims)
-        for (const Shape& sh : shapes)
-          for (bool causal : {false, true})
-            for (bool bwd : {false, true}) {
-              if (bwd && !s.has_backward()) continue;
-              Problem p;
-              p.B = sh.B, p.H = sh.H, p.H_kv = sh.H_kv, p.Nq = sh.Nq, p.Nk = sh.Nk, p.d = d;
-              p.causal = causal;
-              p.dtype = t;
-              if (!s.why_not(p).empty()) {
-                ++refused;
-                continue;
-              }
-              std::set<Launch> launches;
-              g_launches = &launches;
-              try {
-                ForwardArgs fa{fake(1), fake(2), fake(3), fake(4), static_cast<float*>(fake(5)), fake(6), nullptr};
-                if (!bwd) {
-                  s.impl->forward(p, fa);
-                } else {
-                  BackwardArgs ba{fake(1), fake(2), fake(3), fake(4), static_cast<const float*>(fake(5)),
-                                  fake(7), fake(8), fake(9), fake(10), fake(11), nullptr};
-                  s.impl->backward(p, ba);
+    for (int var = 0; var < 16; ++var) {
+      const unsigned need = (var & 1 ? kSoftcap : 0u) | (var & 2 ? kAlibi : 0u) | (var & 4 ? kVarlen : 0u) |
+                            (var & 8 ? kSeqused : 0u);
+      if ((need & ~s.variants) != 0 || ((var & 4) && (var & 8))) continue;
+      for (DType t : s.dtypes)
+        for (int64_t d : s.head_dims)
+          for (const Shape& sh : shapes)
+            for (bool causal : {false, true})
+              for (bool bwd : {false, true}) {
+                if (bwd && !s.has_backward()) continue;
+                Problem p;
+                p.B = sh.B, p.H = sh.H, p.H_kv = sh.H_kv, p.Nq = sh.Nq, p.Nk = sh.Nk, p.d = d;
+                p.causal = causal;
+                p.dtype = t;
+                if (var & 1) p.softcap = 20.0;
+                if (var & 2) p.alibi = Alibi::heads;
+                if (var & 4) {  // B sequences of the shape's lengths, packed
+                  p.cu_seqlens_q.assign(1, 0);
+                  p.cu_seqlens_k.assign(1, 0);
+                  for (int64_t b = 0; b < p.B; ++b) {
+                    p.cu_seqlens_q.push_back(int32_t(p.cu_seqlens_q.back() + p.Nq));
+                    p.cu_seqlens_k.push_back(int32_t(p.cu_seqlens_k.back() + p.Nk));
+                  }
                 }
-              } catch (const std::exception& e) {
-                std::cerr << "flashladder_launches: step " << s.folder << " (" << (bwd ? "backward" : "forward")
-                          << ", " << p.describe() << "): " << e.what() << "\n";
-                return 1;
+                if (var & 8) p.seqused_k.assign(size_t(p.B), int32_t(p.Nk));
+                if (!p.invalid_reason().empty() || !s.why_not(p).empty()) {
+                  ++refused;
+                  continue;
+                }
+                std::set<Launch> launches;
+                g_launches = &launches;
+                const float* slopes = var & 2 ? static_cast<const float*>(fake(12)) : nullptr;
+                const int32_t* cu_q = var & 4 ? static_cast<const int32_t*>(fake(13)) : nullptr;
+                const int32_t* cu_k = var & 4 ? static_cast<const int32_t*>(fake(14)) : nullptr;
+                const int32_t* used = var & 8 ? static_cast<const int32_t*>(fake(15)) : nullptr;
+                try {
+                  ForwardArgs fa{fake(1), fake(2), fake(3), fake(4), static_cast<float*>(fake(5)), fake(6), nullptr,
+                                 slopes, cu_q, cu_k, used};
+                  if (!bwd) {
+                    s.impl->forward(p, fa);
+                  } else {
+                    BackwardArgs ba{fake(1), fake(2), fake(3), fake(4), static_cast<const float*>(fake(5)),
+                                    fake(7), fake(8), fake(9), fake(10), fake(11), nullptr,
+                                    slopes, cu_q, cu_k, used};
+                    s.impl->backward(p, ba);
+                  }
+                } catch (const std::exception& e) {
+                  std::cerr << "flashladder_launches: step " << s.folder << " (" << (bwd ? "backward" : "forward")
+                            << ", " << p.describe() << "): " << e.what() << "\n";
+                  return 1;
+                }
+                g_launches = nullptr;
+                ++ran;
+                for (const Launch& l : launches)
+                  std::cout << "{\"step\": " << quoted(s.folder) << ", \"pass\": \"" << (bwd ? "bwd" : "fwd")
+                            << "\", \"kernel\": " << quoted(l.kernel) << ", \"threads\": " << l.threads
+                            << ", \"dynamic_smem\": " << l.smem << ", \"problem\": " << quoted(p.describe()) << "}\n";
               }
-              g_launches = nullptr;
-              ++ran;
-              for (const Launch& l : launches)
-                std::cout << "{\"step\": " << quoted(s.folder) << ", \"pass\": \"" << (bwd ? "bwd" : "fwd")
-                          << "\", \"kernel\": " << quoted(l.kernel) << ", \"threads\": " << l.threads
-                          << ", \"dynamic_smem\": " << l.smem << ", \"problem\": " << quoted(p.describe()) << "}\n";
-            }
+    }
   }
   std::cerr << "flashladder_launches: " << ran << " runs recorded, " << refused << " problems refused by a step\n";
   return ran > 0 ? 0 : 1;

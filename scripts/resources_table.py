@@ -158,10 +158,31 @@ def probe_launches(build: str) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for line in r.stdout.splitlines():
         rec = json.loads(line)
-        k = out.setdefault(rec["kernel"], {"threads": set(), "dynamic": set()})
+        k = out.setdefault(rec["kernel"], {"threads": set(), "dynamic": set(), "variants": None})
         k["threads"].add(rec["threads"])
         k["dynamic"].add(rec["dynamic_smem"])
+        tags = variant_tags(rec.get("problem", ""))
+        k["variants"] = tags if k["variants"] is None else k["variants"] & tags
     return out
+
+
+def variant_tags(problem: str) -> frozenset:
+    """The variants of a probed problem (Problem::describe()) that select a kernel of their own: softcap,
+    ALiBi, and per-sequence lengths (variable length or seqused_k: one template bit in the steps)."""
+    words = set(re.findall(r"\b(softcap|alibi|varlen|seqused_k)\b", problem))
+    tags = {w for w in words if w in ("softcap", "alibi")}
+    if words & {"varlen", "seqused_k"}:
+        tags.add("lengths")
+    return frozenset(tags)
+
+
+VARIANT_LABEL = {"softcap": "softcap", "alibi": "ALiBi", "lengths": "per-sequence lengths"}
+
+
+def variant_cell(tags) -> str:
+    if tags is None:
+        return "–"
+    return " + ".join(VARIANT_LABEL[t] for t in ("softcap", "alibi", "lengths") if t in tags) or "plain"
 
 
 def source_launches(src: str) -> dict[str, dict]:
@@ -238,8 +259,9 @@ def span(values: set) -> str:
     return str(v[0]) if len(v) == 1 else f"{v[0]}–{v[-1]}"
 
 
-def rows_of(step, root: str, build: str, probe: dict | None) -> tuple[list[list[str]], list[str], str]:
-    """The table's rows, the notes under it, and the target ptxas compiled for ("sm_90a")."""
+def rows_of(step, root: str, build: str, probe: dict | None) -> tuple[list[list[str]], list[str], str, bool]:
+    """The table's rows, the notes under it, the target ptxas compiled for ("sm_90a"), and whether the
+    rows carry a variant column."""
     obj = step_object(build, step.folder)
     report = ptxas_report(obj)
     kernels = ptxas_kernels(report)
@@ -249,6 +271,8 @@ def rows_of(step, root: str, build: str, probe: dict | None) -> tuple[list[list[
     from_source = source_launches(step.source(root)) if probe is None else {}
     names = sorted(kernels)
     rows, notes, unlaunched, has_regs = [], [], [], bool(regs_of)
+    # A "variant" column where some kernel of the step was launched for a variant's problem only.
+    variant_col = any((probe or {}).get(m, {}).get("variants") for m in names)
     for mangled, pretty in zip(names, demangle(names)):
         kernel, t, d = split_name(pretty)
         k = kernels[mangled]
@@ -263,14 +287,17 @@ def rows_of(step, root: str, build: str, probe: dict | None) -> tuple[list[list[
         else:
             unlaunched.append(kernel)
             smem = f"{nbytes(k['smem'])} static" if k["smem"] else "0 static"
-        row = [f"`{kernel}`", t, d, threads, str(k["registers"])]
+        row = [f"`{kernel}`", t, d] + ([variant_cell(launch.get("variants") if launch else None)] if variant_col else []) \
+            + [threads, str(k["registers"])]
         if has_regs:
             dec, inc = regs_of.get(mangled, ([], []))
             row.append(f"{'/'.join(map(str, dec)) or '–'} / {'/'.join(map(str, inc)) or '–'}")
         row += [f"{k['spill']} bytes" if k["spill"] else "0", smem, fits]
         rows.append(row)
     order = {"any": 0}
-    rows.sort(key=lambda r: (r[0], r[1], order.get(r[2], int(r[2]) if r[2].isdigit() else 0)))
+    vorder = lambda v: (0 if v == "plain" else 1 + v.count("+"), v)  # plain first, then by how many bits
+    rows.sort(key=lambda r: (r[0], r[1], order.get(r[2], int(r[2]) if r[2].isdigit() else 0))
+              + ((vorder(r[3]),) if variant_col else ()))
     if has_regs:
         notes.append("Registers: ptxas's count is the launch's (what every thread starts with); `setmaxnreg` "
                      "then moves them between roles, as the kernel's PTX says: the producer warpgroup lowers "
@@ -283,14 +310,16 @@ def rows_of(step, root: str, build: str, probe: dict | None) -> tuple[list[list[
         notes.append(f"`{kernel}`: no launch of it was recorded, so threads, dynamic shared memory and blocks "
                      "per SM are not known here; its static shared memory is ptxas's.")
     targets = sorted(set(re.findall(r"Compiling entry function '\S+' for '(\w+)'", report)))
-    return rows, notes, ", ".join(targets)
+    return rows, notes, ", ".join(targets), variant_col
 
 
-def block(rows: list[list[str]], notes: list[str], nvcc: str, target: str) -> str:
-    has_regs = len(rows[0]) == 9
-    head = ["kernel", "type", "d", "threads", "registers"] + (["setmaxnreg (producer / consumers)"] if has_regs else []) \
+def block(rows: list[list[str]], notes: list[str], nvcc: str, target: str, variant_col: bool = False) -> str:
+    has_regs = len(rows[0]) == 9 + variant_col
+    head = ["kernel", "type", "d"] + (["variant"] if variant_col else []) + ["threads", "registers"] \
+        + (["setmaxnreg (producer / consumers)"] if has_regs else []) \
         + ["spill stores", "shared memory per block (bytes)", "blocks per SM"]
-    align = ["---", "---", "--:", "--:", "--:"] + (["--:"] if has_regs else []) + ["--:", "--:", "--:"]
+    align = ["---", "---", "--:"] + (["---"] if variant_col else []) + ["--:", "--:"] + (["--:"] if has_regs else []) \
+        + ["--:", "--:", "--:"]
     out = [BEGIN,
            f"<!-- Written by scripts/resources_table.py from the build (ptxas -v of nvcc {nvcc}, {target}, and "
            "flashladder_launches); run it, do not edit. -->",
@@ -334,8 +363,8 @@ def main() -> int:
         probe = probe_launches(build)
         blocks, targets = {}, {}
         for s in chosen:
-            rows, notes, targets[s.folder] = rows_of(s, args.root, build, None if s.folder == RING else probe)
-            blocks[s.folder] = block(rows, notes, nvcc, targets[s.folder])
+            rows, notes, targets[s.folder], vcol = rows_of(s, args.root, build, None if s.folder == RING else probe)
+            blocks[s.folder] = block(rows, notes, nvcc, targets[s.folder], vcol)
     except Unavailable as e:
         print(f"SKIPPED: resources_table: {e}")
         return SKIP
