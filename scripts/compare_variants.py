@@ -118,10 +118,17 @@ def main():
             pairs = B * N * N // (2 if causal else 1)
         fl = 4.0 * H * d * pairs
         base = {"variant": name, "dtype": dt, "B": B, "H": H, "H_kv": H, "Nq": N, "Nk": N, "d": d, "causal": causal}
+        # The variant's fields as the program's records name them (app/record.cpp), so that the tables made
+        # from plain records (scripts/fl_results.py matches) never pick these up.
         if window is not None:
             base["window"] = list(window)
+        if softcap:
+            base["softcap"] = softcap
+        if alibi:
+            base["alibi"] = "heads"
         if packed:
             base["varlen"] = True
+            base["cu_seqlens_q"] = base["cu_seqlens_k"] = [int(x) for x in cu]
             base["seqlens"] = lens
 
         def emit(impl, pas, t, extra=None):

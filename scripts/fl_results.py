@@ -126,7 +126,9 @@ def load_records(root: str) -> list[dict]:
 
 
 # The fields a record of an attention variant carries (app/record.cpp make_record); a plain record has none.
-VARIANT_FIELDS = ("window", "softcap", "alibi", "varlen", "seqused_k")
+# "variant": scripts/compare_variants.py's label, on its records of the plain causal problem too (its
+# reference rows, timed without the sweeps' input rotation): none of its records feeds a plain table.
+VARIANT_FIELDS = ("window", "softcap", "alibi", "varlen", "seqused_k", "variant")
 
 
 def is_variant(rec: dict) -> bool:
