@@ -28,6 +28,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare_torch as ct  # noqa: E402  (load, Ours, time_launches, DTYPES)
+import fl_results as flr  # noqa: E402  (record_flops: the program's FLOP count)
 import variants_torch as vt  # noqa: E402
 
 
@@ -102,21 +103,10 @@ def main():
             cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
             total = int(cu[-1])
             shape, lse_shape = (total, H, d), (H, total)
-            pairs = sum(n * n for n in lens) / (2 if causal else 1)  # the program's rule: halved when causal
         else:
             N = lens
             shape, lse_shape = (B, H, N, d), (B, H, N)
-            pairs = None  # the records' FLOPs follow the program's rule below
         q, k, v, do = (torch.randn(*shape, device="cuda", dtype=torch.float32, generator=g).to(tdt) for _ in range(4))
-        # FLOPs as the program counts them (common/problem.cpp): 4·H·d per visible pair.
-        if window is not None:
-            r = torch.arange(N, dtype=torch.int64)
-            hi = torch.minimum(r, r + window[1]) if causal else r + window[1]
-            lo = torch.clamp(r - window[0], min=0)
-            pairs = int((torch.clamp(hi, max=N - 1) - lo + 1).clamp(min=0).sum()) * B
-        elif pairs is None:
-            pairs = B * N * N // (2 if causal else 1)
-        fl = 4.0 * H * d * pairs
         base = {"variant": name, "dtype": dt, "B": B, "H": H, "H_kv": H, "Nq": N, "Nk": N, "d": d, "causal": causal}
         # The variant's fields as the program's records name them (app/record.cpp), so that the tables made
         # from plain records (scripts/fl_results.py matches) never pick these up.
@@ -133,7 +123,7 @@ def main():
 
         def emit(impl, pas, t, extra=None):
             r = {"impl": impl, "pass": pas, **base, **t,
-                 "tflops": fl * (2.5 if pas == "bwd" else 1) / (t["median_ms"] * 1e-3) / 1e12, "tol_used": None,
+                 "tflops": flr.record_flops({**base, "pass": pas}) / (t["median_ms"] * 1e-3) / 1e12, "tol_used": None,
                  **env, **(extra or {})}
             if out:
                 out.write(json.dumps(r) + "\n")

@@ -143,6 +143,29 @@ def matches(rec: dict, problem: dict) -> bool:
     return all(rec.get(k) == v for k, v in problem.items())
 
 
+def record_flops(rec: dict) -> float:
+    """A record's FLOPs as the program counts them (common/problem.cpp flops_forward, ×2.5 backward):
+    4·H·d per visible (query, key) pair with a window (Problem::visible_pairs), each sequence its own
+    problem in a packed batch, 4·B·H·Nq·Nk·d otherwise; halved when causal except with a window."""
+    B, H, Nq, Nk, d, causal = rec["B"], rec["H"], rec["Nq"], rec["Nk"], rec["d"], rec["causal"]
+    if rec.get("window"):
+        left, right = rec["window"]
+        pairs = 0
+        for q in range(Nq):
+            diag = q + Nk - Nq
+            hi = min(Nk - 1, diag) if causal else Nk - 1
+            if right >= 0:
+                hi = min(hi, diag + right)
+            lo = max(0, diag - left) if left >= 0 else 0
+            pairs += max(0, hi - lo + 1)
+        f = 4.0 * B * H * d * pairs
+    elif rec.get("seqlens"):
+        f = sum(4.0 * H * n * n * d for n in rec["seqlens"]) / (2 if causal else 1)
+    else:
+        f = 4.0 * B * H * Nq * Nk * d / (2 if causal else 1)
+    return f * (2.5 if rec.get("pass") == "bwd" else 1)
+
+
 def is_gpu_record(rec: dict) -> bool:
     return bool(rec.get("sm_count"))
 

@@ -40,6 +40,21 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// The deterministic mode's promise: `runs` backward runs of one problem give bitwise identical dQ, dK, dV,
+// and the first is the oracle's answer (so identical wrong answers, or NaN every time, still fail).
+void expect_runs_identical(const Step& s, const Inputs& in, int64_t d, int runs) {
+  const Outputs first = run_step(s, in, true);
+  const Verdict v = verify(in, first, expected_for(in, true), true);
+  ASSERT_EQ(v.checks.size(), 5u);
+  for (const Check& c : v.checks) EXPECT_TRUE(c.pass) << s.folder << " d = " << d << ": " << c.summary();
+  int differ = 0;
+  for (int r = 1; r < runs && differ < 3; ++r) {
+    const Outputs o = run_step(s, in, true);
+    const bool same = bitwise_equal(first.dq, o.dq) && bitwise_equal(first.dk, o.dk) && bitwise_equal(first.dv, o.dv);
+    if (!same) ADD_FAILURE() << s.folder << " d = " << d << ": run " << r << " differs from run 0", ++differ;
+  }
+}
+
 TEST_P(GpuStep, ForwardIsBitwiseDeterministic) {
   FL_NEED_GPU();
   const Step& s = *GetParam();
@@ -277,15 +292,7 @@ TEST_P(DeterministicBackward, TwoHundredFiftyRunsBitwiseIdentical) {
     const std::string why = s->refusal(p);
     ASSERT_TRUE(why.empty()) << why;
     const Inputs in = make_inputs(p, 16);
-    const Outputs first = run_step(*s, in, true);
-    const Verdict v = verify(in, first, expected_for(in, true), true);
-    for (const Check& c : v.checks) EXPECT_TRUE(c.pass) << "d = " << d << ": " << c.summary();
-    int differ = 0;
-    for (int r = 1; r < 250 && differ < 3; ++r) {
-      const Outputs o = run_step(*s, in, true);
-      const bool same = bitwise_equal(first.dq, o.dq) && bitwise_equal(first.dk, o.dk) && bitwise_equal(first.dv, o.dv);
-      if (!same) ADD_FAILURE() << s->folder << " d = " << d << ": run " << r << " differs from run 0", ++differ;
-    }
+    expect_runs_identical(*s, in, d, 250);
   }
 }
 
@@ -306,16 +313,7 @@ TEST_P(DeterministicBackward, WindowedRunsBitwiseIdentical) {
     const std::string why = s->refusal(p);
     ASSERT_TRUE(why.empty()) << why;
     const Inputs in = make_inputs(p, 17);
-    const Outputs first = run_step(*s, in, true);
-    const Verdict v = verify(in, first, expected_for(in, true), true);
-    ASSERT_EQ(v.checks.size(), 5u);
-    for (const Check& c : v.checks) EXPECT_TRUE(c.pass) << "d = " << d << ": " << c.summary();
-    int differ = 0;
-    for (int r = 1; r < 20 && differ < 3; ++r) {
-      const Outputs o = run_step(*s, in, true);
-      const bool same = bitwise_equal(first.dq, o.dq) && bitwise_equal(first.dk, o.dk) && bitwise_equal(first.dv, o.dv);
-      if (!same) ADD_FAILURE() << s->folder << " d = " << d << ": run " << r << " differs from run 0", ++differ;
-    }
+    expect_runs_identical(*s, in, d, 20);
   }
 }
 
@@ -345,16 +343,7 @@ TEST_P(DeterministicBackward, VarlenRunsBitwiseIdentical) {
         for (int64_t c = 0; c < p.d; ++c)
           in.k[size_t(p.kv_off(1, hk, j) + c)] = in.v[size_t(p.kv_off(1, hk, j) + c)] =
               std::numeric_limits<float>::quiet_NaN();
-    const Outputs first = run_step(*s, in, true);
-    const Verdict v = verify(in, first, expected_for(in, true), true);
-    ASSERT_EQ(v.checks.size(), 5u);
-    for (const Check& c : v.checks) EXPECT_TRUE(c.pass) << "d = " << d << ": " << c.summary();
-    int differ = 0;
-    for (int r = 1; r < 20 && differ < 3; ++r) {
-      const Outputs o = run_step(*s, in, true);
-      const bool same = bitwise_equal(first.dq, o.dq) && bitwise_equal(first.dk, o.dk) && bitwise_equal(first.dv, o.dv);
-      if (!same) ADD_FAILURE() << s->folder << " d = " << d << ": run " << r << " differs from run 0", ++differ;
-    }
+    expect_runs_identical(*s, in, d, 20);
   }
 }
 
