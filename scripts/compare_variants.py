@@ -23,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import torch
 
@@ -69,7 +70,17 @@ def main():
         sys.exit("compare_variants.py: needs a CUDA device")
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-        flex = torch.compile(flex_attention, dynamic=False)
+        # Each case compiles its own kernels, and with and without grad: in run 34 the 9th compile hit
+        # dynamo's recompile limit (8) and flex fell back to its unfused path (5 TF/s, scores
+        # materialized), recorded as if it were flex. Now each case starts from a reset, and a fallback
+        # anyway (the limit, or flex's "called without torch.compile" warning) raises instead of timing.
+        if hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
+            torch._dynamo.config.fail_on_recompile_limit_hit = True
+        warnings.filterwarnings("error", message=".*flex_attention called without torch.compile")
+
+        def flex(*a, **kw):
+            return flex.compiled(*a, **kw)
+        flex.compiled = None
     except Exception as e:  # no flex here: our side is still timed, PyTorch's is reported missing
         print(f"compare_variants.py: no flex_attention in torch {torch.__version__}: {e}", file=sys.stderr)
         flex = None
@@ -171,6 +182,8 @@ def main():
         # ---- torch flex (not for the packed batch: flex would need a document mask over one long row)
         if flex is not None and not packed:
             try:
+                torch._dynamo.reset()
+                flex.compiled = torch.compile(flex_attention, dynamic=False)
                 qf, kf, vf = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
                 mm = vt.mask_mod(N, N, causal, window)
                 bm = create_block_mask(mm, None, None, N, N, device="cuda") if mm else None

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """flashladder — scripts/profile_pair.py: one launch each of our forward/backward and of PyTorch's
-FlashAttention-2 (SDPA pinned to FLASH_ATTENTION) on the same inputs, for Nsight Compute to profile side
+FlashAttention-2 (SDPA pinned to FLASH_ATTENTION, or with --backend cudnn to cuDNN's attention) on the
+same inputs, for Nsight Compute to profile side
 by side. Run it under ncu (tools/device-run's `profile` stage does):
 
-  ncu --clock-control none -k regex:'attention_kernel|backward_kernel|flash_fwd|flash_bwd' \
+  ncu --clock-control none -k regex:'attention_kernel|backward_kernel|flash_fwd|flash_bwd|cudnn|sdpa' \
       python3 scripts/profile_pair.py --lib build-gpu/libflashladder_capi.so
 
 Each side runs twice (the first launch loads modules; ncu's --launch-skip can drop it). Nothing is timed
@@ -32,9 +33,12 @@ def main():
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--dtype", default="fp16", choices=sorted(DTYPES))
     ap.add_argument("--times", type=int, default=2, help="launches of each side")
+    ap.add_argument("--backend", default="flash", choices=["flash", "cudnn"],
+                    help="PyTorch's side: SDPA's FLASH_ATTENTION (FlashAttention-2) or CUDNN_ATTENTION")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("profile_pair.py: needs a CUDA device")
+    backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[a.backend]
     lib = load(a.lib)
     g = torch.Generator(device="cuda").manual_seed(1)
     q, k, v, do = (torch.randn(a.B, a.H, a.N, a.d, device="cuda", generator=g).add_(0.5).to(DTYPES[a.dtype][0])
@@ -44,14 +48,14 @@ def main():
     for _ in range(a.times):
         if a.fwd_step:
             Ours(lib, a.fwd_step, a.B, a.H, a.N, a.d, a.causal, a.dtype).forward(q, k, v, o, lse)
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION), torch.no_grad():
+        with sdpa_kernel(backend), torch.no_grad():
             F.scaled_dot_product_attention(q, k, v, is_causal=a.causal)
     if a.bwd_step:
         ob = Ours(lib, a.bwd_step, a.B, a.H, a.N, a.d, a.causal, a.dtype)
         ob.forward(q, k, v, o, lse)
         dq, dk, dv = (torch.empty_like(q) for _ in range(3))
         qg, kg, vg = (x.detach().requires_grad_(True) for x in (q, k, v))
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        with sdpa_kernel(backend):
             out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=a.causal)
         for _ in range(a.times):
             ob.backward(q, k, v, o, lse, do, dq, dk, dv)
