@@ -37,12 +37,10 @@ namespace fl::s08k {
 // The tiles per head dim (see the header): one producer warpgroup and kConsumers consumer warpgroups
 // of 64 rows each (the m of wgmma m64nNk16), B_r = 64·kConsumers rows of Q_i; B_c rows of K_j, V_j per
 // stage; shared-memory panels P = 64 columns wide (128-byte rows: the TMA's and wgmma's 128-byte swizzle).
-template <int d, int B_c_>
+template <int d, int B_c_, int kC>
 struct Tiles {
-  // d = 64: three consumers (B_r = 192, 160 registers each). Two left the tensor cores idle while both
-  // did their softmax, which at d = 64 costs as much as the products: 430 against 371 TFLOP/s at
-  // N = 2048, 504 against 412 at N = 8192 (H200, fp16, non-causal; run of 2026-11-23, see README).
-  static constexpr int kConsumers = d == 64 ? 3 : 2;
+  // kC = kConsumers(d, edged), below: three at d = 64 without a mask, two elsewhere.
+  static constexpr int kConsumers = kC;
   static constexpr int B_r = 64 * kConsumers;
   static constexpr int B_c = B_c_;  // kBc<d>(causal): 128, 176 or 64 (see there)
   // As many stages as the 227 KiB of shared memory hold beside Q_i, at most three: 3 at d ≤ 128 with
@@ -66,6 +64,17 @@ struct Tiles {
 template <int d>
 constexpr int kBc(bool causal) { return d == 256 ? 64 : d == 128 && !causal ? 176 : 128; }
 
+// Consumers per head dim: at d = 64 without a mask three (B_r = 192, 160 registers each). Two left the
+// tensor cores idle while both did their softmax, which at d = 64 costs as much as the products: 430
+// against 371 TFLOP/s at N = 2048, 504 against 412 at N = 8192 (H200, fp16, non-causal; run of
+// 2026-11-23, see 08i's README). With a causal mask (or a window) two (B_r = 128): Q_i's rows see
+// keys up to its diagonal, and the blocks that cross it are visited whole, so the taller the tile the
+// more of its work is masked. At N = 2048, 192-row tiles visit 104 blocks of 192 × 128 per (batch,
+// head) for 2.1 M pairs that count (82%), 128-row tiles 136 blocks of 128 × 128 (94%); 08k with three
+// consumers ran there at 0.81× cuDNN (H100, run 29), the one forward point of the d = 64 sweep below 0.9.
+template <int d>
+constexpr int kConsumers(bool edged) { return d == 64 && !edged ? 3 : 2; }
+
 // One thread block per SM computes O_i and L_i for the tiles blockIdx.x, blockIdx.x + gridDim.x, …, a
 // tile being one Q_i (B_r rows) of one (batch, head). Warpgroup 0 is the producer, warpgroup 1 + c the
 // consumer of rows 64c … 64c + 63 of each Q_i. Fragment names: lane =
@@ -74,13 +83,13 @@ constexpr int kBc(bool causal) { return d == 256 ? 64 : d == 128 && !causal ? 17
 // are 32-bit (limits() keeps Nq, Nk below 2^30); offsets into the tensors are 64-bit. Q, K, V are read
 // only through their tensor maps ([B·H][Nq][d] and [B·H_kv][Nk][d] as 3-D tensors; packed, [H][total][d]
 // with the strides of [total][H][d]: the coordinates are (column, row, slice) either way).
-template <class T, int d, int B_c_, int kV>
-__global__ void __launch_bounds__(Tiles<d, B_c_>::kThreads, 1)
+template <class T, int d, int B_c_, int kV, int kC>
+__global__ void __launch_bounds__(Tiles<d, B_c_, kC>::kThreads, 1)
 attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant__ CUtensorMap tm_K,
                  const __grid_constant__ CUtensorMap tm_V, T* __restrict__ O, float* __restrict__ L, int64_t H,
                  int64_t H_kv, int Nq, int Nk, int64_t T_r, int n_tiles, float scale, bool causal,
                  VariantArgs var) {
-  using Tl = Tiles<d, B_c_>;
+  using Tl = Tiles<d, B_c_, kC>;
   constexpr int B_r = Tl::B_r, B_c = Tl::B_c, P = Tl::P, kStages = Tl::kStages, kConsumers = Tl::kConsumers;
   const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
   // With a softcap, S_ij becomes logits (τ applied inside the tanh), so the exponent's factor is log2 e;
@@ -254,7 +263,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   float m_i[2], l_i[2];  // running max m_i (of the unscaled S) and running sum ℓ_i, rows g and g + 8
   // The tile being computed, set at the top of each tile (the functions below read them).
   int i0 = 0;      // first row of Q_i
-  int row0 = 0;    // this thread's row g, as a row of Q
+  int row0 = 0;    // this thread's row g, as a row of Q (where softmax does not recompute it)
   float slope = 0.f;  // ALiBi: the head's slope, in the units of S_ij when it is biased (08j)
   const T* Q_c = Q_s + 64 * c * P;                // this consumer's 64 rows within each panel of Q_i
 
@@ -293,6 +302,14 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   // 08g, S_ij becoming P̃_ij in place. O_i is NOT rescaled here (a product may still be adding into it):
   // alpha[r] is returned.
   auto softmax = [&](float (&S)[B_c / 8][4], int j0, float (&alpha)[2]) {
+    // This thread's row g as a row of Q, recomputed here or kept in row0 for the whole tile. At the
+    // register cap ptxas (13.0) turns on that one register: kept, the plain d = 128, B_c = 176 kernel
+    // spills 40 bytes a thread in its main loop (ncu, H100: 3.9 M spill requests, 882 µs against 08j's
+    // 860 at the headline); recomputed, the three-consumer d = 64 kernel spills 60 and the per-sequence
+    // (kVarlen) d = 128 ones 60–88. Each instantiation takes the choice that spills less (the
+    // resources table in the README lists what is left).
+    constexpr bool kRecompute = kConsumers == 2 && (kV & kVarlen) == 0;
+    const int row_g = kRecompute ? i0 + 64 * c + 16 * warp + g : row0;
     if constexpr (kV & kSoftcap) {  // z = c·tanh(τ S / c): the one changed line of the softcap
       const float tau_c = scale / var.softcap;
 #pragma unroll
@@ -307,13 +324,13 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
         for (int n = 0; n < B_c / 8; ++n)
 #pragma unroll
           for (int e = 0; e < 2; ++e)
-            S[n][2 * r + e] -= slope * fabsf(float(row0 + 8 * r + diag - (j0 + 8 * n + 2 * t + e)));
+            S[n][2 * r + e] -= slope * fabsf(float(row_g + 8 * r + diag - (j0 + 8 * n + 2 * t + e)));
     }
     if (j0 < key_lo(i0 + 64 * c + 63) || j0 + B_c > key_hi(i0 + 64 * c)) {  // the block crosses an edge
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        // Row row0 + 8r sees keys [lo, hi): in this block, the columns [first, seen) of S_ij.
-        const int row = row0 + 8 * r;
+        // Row row_g + 8r sees keys [lo, hi): in this block, the columns [first, seen) of S_ij.
+        const int row = row_g + 8 * r;
         const int lo = key_lo(row) - j0, hi = key_hi(row) - j0;
         const int first = lo < 0 ? 0 : lo, seen = hi < 0 ? 0 : hi > B_c ? B_c : hi;
 #pragma unroll
@@ -474,7 +491,8 @@ std::string limits(const Problem& p) {
   if (p.Nq >= (int64_t(1) << 30) || p.Nk >= (int64_t(1) << 30))
     return "keeps row and key indices in 32 bits: Nq = " + std::to_string(p.Nq) +
            " and Nk = " + std::to_string(p.Nk) + " must both be below 2^30";
-  const int64_t B_r = p.d == 64 ? Tiles<64, 128>::B_r : 128;  // Tiles<d, ·>::B_r
+  const bool edged = p.causal || p.window_left >= 0 || p.window_right >= 0;
+  const int64_t B_r = 64 * (p.d == 64 ? kConsumers<64>(edged) : 2);  // Tiles<d, ·, ·>::B_r
   const int64_t tiles = ceil_div<int64_t>(p.Nq, B_r) * p.B * p.H;
   if (tiles > INT_MAX)
     return "counts its tiles (Q blocks of " + std::to_string(B_r) + " rows × batch × head) in int: " +
@@ -485,9 +503,9 @@ std::string limits(const Problem& p) {
   return "";
 }
 
-template <class T, int d, int B_c, int kV>
+template <class T, int d, int B_c, int kV, int kC>
 void launch(const Problem& p, const ForwardArgs& a) {
-  using Tl = Tiles<d, B_c>;
+  using Tl = Tiles<d, B_c, kC>;
   constexpr int B_r = Tl::B_r, kStages = Tl::kStages, kThreads = Tl::kThreads;
   const int64_t T_r = ceil_div<int64_t>(p.Nq, B_r);
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -503,7 +521,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
                                                 B_c, "V", p.kv_stride(), vl ? d : 0);
   // Q_i, the K and V rings, 3 + 4·kStages barriers of 8 bytes (tail_V: seqused_k's); 1024 for the panels' alignment.
   const size_t smem = size_t(B_r + 2 * kStages * B_c) * d * sizeof(T) + 8 * (3 + 4 * kStages) + 1024;
-  auto kernel = attention_kernel<T, d, B_c, kV>;
+  auto kernel = attention_kernel<T, d, B_c, kV, kC>;
   allow_smem(kernel, smem);
   // One block per SM (each takes an SM's shared memory and registers), or one per tile if fewer.
   int dev = 0, sms = 0;
@@ -530,7 +548,8 @@ void launch(const Problem& p, const ForwardArgs& a) {
 }
 
 void forward(const Problem& p, const ForwardArgs& a) {
-  // The masked tile (B_c = 128 at d = 128) wherever a mask has a diagonal edge: causal or a window.
+  // The masked tile (B_c = 128 at d = 128, two consumers at d = 64) wherever a mask has a diagonal
+  // edge: causal or a window.
   const bool edged = p.causal || p.window_left >= 0 || p.window_right >= 0;
   const int kv = VariantArgs::bits(p);
   const bool lengths = VariantArgs::per_sequence(p);  // varlen or seqused_k: the kVarlen bit
@@ -539,10 +558,10 @@ void forward(const Problem& p, const ForwardArgs& a) {
     constexpr int d = decltype(d_)::value;
     auto with_bc = [&](auto kv_) {
       constexpr int K = decltype(kv_)::value;
-      if (kBc<d>(edged) == kBc<d>(false))
-        launch<T, d, kBc<d>(false), K>(p, a);
+      if (edged)
+        launch<T, d, kBc<d>(true), K, kConsumers<d>(true)>(p, a);
       else
-        launch<T, d, kBc<d>(true), K>(p, a);
+        launch<T, d, kBc<d>(false), K, kConsumers<d>(false)>(p, a);
     };
     auto with_len = [&](auto kv_) {
       if (lengths) with_bc(std::integral_constant<int, decltype(kv_)::value | kVarlen>{});
