@@ -11,6 +11,8 @@
 #include <cstring>
 #include <iostream>
 #include <limits>
+#include <map>
+#include <utility>
 
 #include "app/cases.hpp"  // PrintTo(const Step*): test names show the step, not an address
 #include "gpu_gate.hpp"
@@ -174,6 +176,43 @@ TEST(GpuMemory, TheTooLargeProblemPassesEveryStepsOtherLimits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, GpuStep, ::testing::ValuesIn(gpu_steps()),
+                         [](const ::testing::TestParamInfo<const Step*>& i) { return i.param->folder; });
+
+// Tile choices that depend on the problem's size. The ragged matrix stays below 2100 query rows, and
+// some steps pick their tile by the length: 08k runs two consumer warpgroups (B_r = 128) at d = 64
+// with a causal mask up to Nq = 2048 and three (B_r = 192) past it. Every GPU step with d = 64, causal
+// (bottom-right, Nk = Nq + 100), on both sides of that line, forward, against the oracle.
+class TileChoice : public ::testing::TestWithParam<const Step*> {};
+
+TEST_P(TileChoice, CausalD64OnBothSidesOf2048Rows) {
+  FL_NEED_GPU();
+  const Step& s = *GetParam();
+  for (int64_t Nq : {2048, 2049}) {
+    Problem p;
+    p.B = 1; p.H = 2; p.H_kv = 1; p.Nq = Nq; p.Nk = Nq + 100; p.d = 64; p.causal = true;
+    p.dtype = s.dtypes.front();
+    // One oracle per shape for every step (fp64, ~2 GFLOP each).
+    static std::map<std::pair<int64_t, int>, std::pair<Inputs, Expected>> cache;
+    const auto key = std::make_pair(Nq, int(p.dtype));
+    if (!cache.count(key)) {
+      Inputs in = make_inputs(p, 2048);
+      Expected e = expected_for(in, false);
+      cache.emplace(key, std::make_pair(std::move(in), std::move(e)));
+    }
+    const auto& [in, e] = cache.at(key);
+    const Verdict v = verify(in, run_step(s, in, false), e, false);
+    for (const Check& c : v.checks) EXPECT_TRUE(c.pass) << s.folder << " " << p.describe() << "\n  " << c.summary();
+  }
+}
+
+std::vector<const Step*> d64_steps() {
+  std::vector<const Step*> out;
+  for (const Step* s : gpu_steps())
+    if (s->supports_d(64)) out.push_back(s);
+  return out;
+}
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TileChoice);
+INSTANTIATE_TEST_SUITE_P(Steps, TileChoice, ::testing::ValuesIn(d64_steps()),
                          [](const ::testing::TestParamInfo<const Step*>& i) { return i.param->folder; });
 
 TEST(GpuMemory, ARequestLargerThanTheDeviceNamesTheBytes) {

@@ -64,16 +64,24 @@ struct Tiles {
 template <int d>
 constexpr int kBc(bool causal) { return d == 256 ? 64 : d == 128 && !causal ? 176 : 128; }
 
-// Consumers per head dim: at d = 64 without a mask three (B_r = 192, 160 registers each). Two left the
-// tensor cores idle while both did their softmax, which at d = 64 costs as much as the products: 430
-// against 371 TFLOP/s at N = 2048, 504 against 412 at N = 8192 (H200, fp16, non-causal; run of
-// 2026-11-23, see 08i's README). With a causal mask (or a window) two (B_r = 128): Q_i's rows see
-// keys up to its diagonal, and the blocks that cross it are visited whole, so the taller the tile the
-// more of its work is masked. At N = 2048, 192-row tiles visit 104 blocks of 192 × 128 per (batch,
-// head) for 2.1 M pairs that count (82%), 128-row tiles 136 blocks of 128 × 128 (94%); 08k with three
-// consumers ran there at 0.81× cuDNN (H100, run 29), the one forward point of the d = 64 sweep below 0.9.
+// Consumers per head dim: three at d = 64 (B_r = 192, 160 registers each). Two left the tensor cores
+// idle while both did their softmax, which at d = 64 costs as much as the products: 430 against 371
+// TFLOP/s at N = 2048, 504 against 412 at N = 8192 (H200, fp16, non-causal; run of 2026-11-23, see
+// 08i's README). Except where a mask's diagonal is short (causal or a window, at most 2048 query rows,
+// short_diagonal below): two (B_r = 128). Q_i's rows see keys up to the diagonal and the blocks that
+// cross it are visited whole, so the taller the tile, the more of its work is masked: at N = 2048,
+// 192-row tiles visit 104 blocks of 192 × 128 per (batch, head) for 2.1 M pairs that count (82%),
+// 128-row tiles 136 blocks of 128 × 128 (94%). The masked share falls as B_r/N, and past 2048 the third
+// consumer's overlap wins again. 08k, H100, fp16, causal, FA2 sweep (B·N = 16384, H = 32), TFLOP/s:
+//   N                 512  1024  2048  4096  8192  16384
+//   three consumers   149   218   269   399   437    470   (run 29)
+//   two consumers     153   240   305   364   407    417   (run 36)
 template <int d>
-constexpr int kConsumers(bool edged) { return d == 64 && !edged ? 3 : 2; }
+constexpr int kConsumers(bool short_diagonal) { return d == 64 && !short_diagonal ? 3 : 2; }
+inline bool short_diagonal(const Problem& p) {
+  const bool edged = p.causal || p.window_left >= 0 || p.window_right >= 0;
+  return edged && p.Nq <= 2048;
+}
 
 // One thread block per SM computes O_i and L_i for the tiles blockIdx.x, blockIdx.x + gridDim.x, …, a
 // tile being one Q_i (B_r rows) of one (batch, head). Warpgroup 0 is the producer, warpgroup 1 + c the
@@ -491,8 +499,7 @@ std::string limits(const Problem& p) {
   if (p.Nq >= (int64_t(1) << 30) || p.Nk >= (int64_t(1) << 30))
     return "keeps row and key indices in 32 bits: Nq = " + std::to_string(p.Nq) +
            " and Nk = " + std::to_string(p.Nk) + " must both be below 2^30";
-  const bool edged = p.causal || p.window_left >= 0 || p.window_right >= 0;
-  const int64_t B_r = 64 * (p.d == 64 ? kConsumers<64>(edged) : 2);  // Tiles<d, ·, ·>::B_r
+  const int64_t B_r = 64 * (p.d == 64 ? kConsumers<64>(short_diagonal(p)) : 2);  // Tiles<d, ·, ·>::B_r
   const int64_t tiles = ceil_div<int64_t>(p.Nq, B_r) * p.B * p.H;
   if (tiles > INT_MAX)
     return "counts its tiles (Q blocks of " + std::to_string(B_r) + " rows × batch × head) in int: " +
@@ -548,8 +555,8 @@ void launch(const Problem& p, const ForwardArgs& a) {
 }
 
 void forward(const Problem& p, const ForwardArgs& a) {
-  // The masked tile (B_c = 128 at d = 128, two consumers at d = 64) wherever a mask has a diagonal
-  // edge: causal or a window.
+  // The masked tile (B_c = 128 at d = 128) wherever a mask has a diagonal edge: causal or a window;
+  // at d = 64 two consumers where that diagonal is short (kConsumers).
   const bool edged = p.causal || p.window_left >= 0 || p.window_right >= 0;
   const int kv = VariantArgs::bits(p);
   const bool lengths = VariantArgs::per_sequence(p);  // varlen or seqused_k: the kVarlen bit
@@ -558,10 +565,12 @@ void forward(const Problem& p, const ForwardArgs& a) {
     constexpr int d = decltype(d_)::value;
     auto with_bc = [&](auto kv_) {
       constexpr int K = decltype(kv_)::value;
-      if (edged)
-        launch<T, d, kBc<d>(true), K, kConsumers<d>(true)>(p, a);
-      else
+      if (!edged)
         launch<T, d, kBc<d>(false), K, kConsumers<d>(false)>(p, a);
+      else if (!short_diagonal(p))
+        launch<T, d, kBc<d>(true), K, kConsumers<d>(false)>(p, a);
+      else
+        launch<T, d, kBc<d>(true), K, kConsumers<d>(true)>(p, a);
     };
     auto with_len = [&](auto kv_) {
       if (lengths) with_bc(std::integral_constant<int, decltype(kv_)::value | kVarlen>{});
