@@ -102,7 +102,10 @@ def block(root: str) -> str:
                      f"{e.get('driver') or '?'} · problem: {flr.problem_text()} (backward rows: its backward pass) · "
                      f"{flr.FLOP_CONVENTION} · "
                      f"times are medians{f' of {reps} launches' if reps else ''} · results of commit "
-                     f"{e.get('commit')}, {e.get('date')}, in `{e.get('_file')}`.")
+                     f"{e.get('commit')}, {e.get('date')}, in `{e.get('_file')}`"
+                     + "".join(f"; the rows of {', '.join(impls)} from commit {c}, `{f}`"
+                               for (f, c), impls in other_runs(view.rows, e).items())
+                     + ". A ratio between rows of different runs is not a same-run comparison.")
     else:
         lines.append(f"GPU: none yet — no GPU record of the headline problem ({flr.problem_text()}) is in "
                      f"`docs/results/`, so every GPU cell says *{NOT_YET}*. {flr.FLOP_CONVENTION}.")
@@ -116,6 +119,20 @@ def block(root: str) -> str:
 
 STEP_BEGIN = "<!-- step-measured:begin -->"
 STEP_END = "<!-- step-measured:end -->"
+
+
+def same_run(a: dict, b: dict) -> bool:
+    """Two records of one program run (as near as the records tell): the same file and commit."""
+    return all(a.get(k) == b.get(k) for k in ("_file", "commit"))
+
+
+def other_runs(rows: dict, e: dict) -> dict:
+    """(file, commit) -> the impls whose rows come from a run other than e's."""
+    out: dict = {}
+    for impl, r in sorted(rows.items()):
+        if not same_run(r, e):
+            out.setdefault((r.get("_file"), r.get("commit")), []).append(impl)
+    return out
 
 
 def step_block(root: str, step, prev, view, bwd_view) -> str:
@@ -137,7 +154,10 @@ def step_block(root: str, step, prev, view, bwd_view) -> str:
         text += f"; {before['median_ms'] / rec['median_ms']:.2f}× the speed of {prev.folder}"
     ref = view.rows.get("torch_flash") if step.where == "gpu" else None
     if ref is not None:
-        text += f"; {100 * ref['median_ms'] / rec['median_ms']:.0f}% of PyTorch's FlashAttention-2 (torch_flash) in the same run"
+        text += (f"; {100 * ref['median_ms'] / rec['median_ms']:.0f}% of PyTorch's FlashAttention-2 (torch_flash) "
+                 + ("in the same run" if same_run(ref, rec) else
+                    f"as timed in another run on the same GPU model (`{ref.get('_file')}`, {ref.get('date')}): "
+                    f"not a same-run ratio"))
     text += "."
     lines.append(text)
     if step.backward:
@@ -147,7 +167,9 @@ def step_block(root: str, step, prev, view, bwd_view) -> str:
             lines.append("")
             lines.append(f"Backward pass, same problem: {fmt_ms(brec['median_ms'])} ms, {fmt_tflops(brec['tflops'])} "
                          f"TFLOP/s (FLOPs 2.5× the forward's), error {error_cell(brec)} of the tolerance"
-                         + (f"; {100 * bref['median_ms'] / brec['median_ms']:.0f}% of torch_flash's backward." if bref else "."))
+                         + (f"; {100 * bref['median_ms'] / brec['median_ms']:.0f}% of torch_flash's backward"
+                            + ("." if same_run(bref, brec) else f" as timed in another run (`{bref.get('_file')}`).")
+                            if bref else "."))
     lines.append("")
     lines.append(f"Commit {rec.get('commit')}, {rec.get('date')}, `{rec.get('_file')}`; "
                  f"{flr.FLOP_CONVENTION}; medians of {rec.get('reps', 30)} launches.")

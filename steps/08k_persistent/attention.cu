@@ -39,7 +39,7 @@ namespace fl::s08k {
 // stage; shared-memory panels P = 64 columns wide (128-byte rows: the TMA's and wgmma's 128-byte swizzle).
 template <int d, int B_c_, int kC>
 struct Tiles {
-  // kC = kConsumers(d, edged), below: three at d = 64 without a mask, two elsewhere.
+  // kC = kConsumers<d>(short_diagonal(p)), below: three at d = 64 unless a mask's diagonal is short, else two.
   static constexpr int kConsumers = kC;
   static constexpr int B_r = 64 * kConsumers;
   static constexpr int B_c = B_c_;  // kBc<d>(causal): 128, 176 or 64 (see there)

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""flashladder — tests/test_records_ratio.py: scripts/records_ratio.py on made-up records: a step B that
+is 10% slower than A at one point and equal at another, A's own run-to-run ratios, a variant record and a
+gemm record left out, the before/after mode, and a malformed file refused with its line number."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "scripts", "records_ratio.py")
+
+
+def rec(impl, n, tf, **kw):
+    r = {"impl": impl, "pass": "fwd", "dtype": "fp16", "B": 16384 // n, "H": 16, "H_kv": 16, "Nq": n, "Nk": n,
+         "d": 128, "causal": False, "tflops": tf, "device": "GPU X", "commit": "abc"}
+    r.update(kw)
+    return r
+
+
+class RecordsRatio(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+
+    def write(self, name, recs):
+        p = os.path.join(self.dir, name)
+        with open(p, "w") as f:
+            for r in recs:
+                f.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
+        return p
+
+    def run_script(self, *args):
+        return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
+
+    def test_pair_ratios_and_noise(self):
+        r1 = self.write("r1.jsonl", [rec("A", 1024, 100), rec("B", 1024, 90), rec("A", 2048, 200), rec("B", 2048, 200),
+                                     rec("B", 1024, 10, window=[4, 0]), {"impl": "cublas_gemm", "pass": "gemm", "tflops": 700}])
+        r2 = self.write("r2.jsonl", [rec("A", 1024, 105), rec("B", 1024, 95), rec("A", 2048, 190)])
+        out = self.run_script("pair", "--a", "A", "--b", "B", r1, r2)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("| 0.900 |", out.stdout)           # B / A = 90 / 100, same run
+        self.assertIn("| 1.000 |", out.stdout)           # 200 / 200
+        self.assertNotIn("| 0.100 |", out.stdout)        # the windowed record is not a plain point
+        self.assertIn("3 points: median 0.905", out.stdout)  # 0.9, 1.0, 95/105
+        self.assertIn("2 points: median 1.000", out.stdout)  # A: 105/100 and 190/200
+        self.assertIn("1 of 3 same-run ratios lie inside", out.stdout)
+
+    def test_runs_before_after(self):
+        b = self.write("b.jsonl", [rec("A", 1024, 100), rec("C", 1024, 50)])
+        a = self.write("a.jsonl", [rec("A", 1024, 110), rec("D", 1024, 70)])
+        out = self.run_script("runs", b, a)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("| A | fwd fp16 d 128 full B 16 H 16 N 1024 | 100.0 | 110.0 | 1.100 |", out.stdout)
+        self.assertNotIn("| C |", out.stdout)
+        self.assertIn("1 points: median 1.100", out.stdout)
+
+    def test_malformed_record_is_refused_with_its_line(self):
+        p = self.write("bad.jsonl", [rec("A", 1024, 100), "{not json"])
+        out = self.run_script("pair", "--a", "A", "--b", "B", p)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("bad.jsonl:2", out.stderr)
+        missing = self.run_script("runs", p, os.path.join(self.dir, "none.jsonl"))
+        self.assertNotEqual(missing.returncode, 0)
+        self.assertIn("no such file", missing.stderr)
+
+    def test_unwritable_output_is_an_error(self):
+        p = self.write("r.jsonl", [rec("A", 1024, 100), rec("B", 1024, 90)])
+        out = self.run_script("pair", "--a", "A", "--b", "B", p, "--out", os.path.join(self.dir, "no", "dir", "x.md"))
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("cannot write", out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
