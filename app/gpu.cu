@@ -172,10 +172,11 @@ Stats time_step_gpu(const Step& s, const Problem& p, bool backward, const TimeOp
     const size_t e = size_t(dtype_bytes(p.dtype));
     const size_t set_bytes = e * size_t(p.q_elems() + 2 * p.kv_elems()) * (backward ? 2 : 1);
     const int sets = int(std::clamp<size_t>(2 * dev->l2_bytes / std::max<size_t>(set_bytes, 1) + 1, 1, 64));
+    const auto host = timing_inputs(p, opt.seed, sets);  // shared with the previous step at this problem
     std::vector<DeviceSet> d;
     for (int i = 0; i < sets; ++i) {
       d.emplace_back(p, backward);
-      d.back().upload(make_inputs(p, opt.seed + uint64_t(i)), backward);
+      d.back().upload((*host)[size_t(i)], backward);
     }
     DeviceBuffer ws, bws;
     allocate(ws, s.impl->workspace_bytes(p), "the forward's workspace");

@@ -2,6 +2,8 @@
 #include "app/runner.hpp"
 
 #include <cstring>
+#include <mutex>
+#include <sstream>
 
 namespace fl {
 
@@ -101,6 +103,33 @@ Stats time_step(const Step& s, const Problem& p, bool backward, const TimeOption
     if (it >= opt.warmup + 4 && total.ms() > 1000 * opt.max_seconds) break;
   }
   return summarize(ms);
+}
+
+std::shared_ptr<const std::vector<Inputs>> timing_inputs(const Problem& p, uint64_t seed, int sets) {
+  // Everything make_inputs reads: the problem as described (shapes, type, variants), the offsets and
+  // lengths of a packed batch (which describe() only names), the seeds and the count.
+  std::ostringstream key;
+  key << p.describe() << "|seed " << seed << "|sets " << sets << "|q";
+  for (int64_t x : p.cu_seqlens_q) key << ' ' << x;
+  key << "|k";
+  for (int64_t x : p.cu_seqlens_k) key << ' ' << x;
+  key << "|used";
+  for (int64_t x : p.seqused_k) key << ' ' << x;
+  static std::mutex mu;
+  static std::string cached_key;
+  static std::shared_ptr<const std::vector<Inputs>> cached;
+  std::lock_guard<std::mutex> lock(mu);
+  if (cached && cached_key == key.str()) return cached;
+  cached.reset();  // the previous problem's sets are freed before this one's are drawn
+  cached_key.clear();
+  auto made = std::make_shared<std::vector<Inputs>>();
+  for (int i = 0; i < sets; ++i) made->push_back(make_inputs(p, seed + uint64_t(i)));
+  const size_t bytes = size_t(sets) * size_t(2 * p.q_elems() + 2 * p.kv_elems()) * sizeof(float);
+  if (bytes <= kTimingInputsCacheBytes) {
+    cached = made;
+    cached_key = key.str();
+  }
+  return made;
 }
 
 size_t extra_bytes(const Step& s, const Problem& p, bool backward) {

@@ -5,6 +5,7 @@
 // Errors come back as fl::Error naming the step and the call that failed.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -27,6 +28,15 @@ struct TimeOptions {
 /// Times the forward (or the backward alone) on seeded inputs. GPU: CUDA events around each launch,
 /// inputs rotated among enough copies to exceed twice the L2, so the cache is not what is timed.
 Stats time_step(const Step& s, const Problem& p, bool backward, const TimeOptions& opt);
+
+/// The host inputs of `sets` seeded sets (seeds seed, seed + 1, …) of p, as make_inputs gives them, shared
+/// with the previous call when it asked for the same problem, seeds and count. The benchmark's sweep times
+/// up to 15 steps forward and backward at each point, and a set there (B·N = 16 384 tokens, hidden 2048)
+/// is 2^27 normal samples drawn one after another on the CPU: seconds per step and point, which made the
+/// sweep CPU-bound (run 35: not past N = 1024 in 200 s for four steps). Only the last request is kept,
+/// and only when its sets fit in kTimingInputsCacheBytes of host memory.
+std::shared_ptr<const std::vector<Inputs>> timing_inputs(const Problem& p, uint64_t seed, int sets);
+inline constexpr size_t kTimingInputsCacheBytes = size_t(4) << 30;
 
 /// Extra bytes the step needs beyond inputs and outputs (its workspace).
 size_t extra_bytes(const Step& s, const Problem& p, bool backward);

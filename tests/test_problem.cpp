@@ -133,3 +133,43 @@ TEST(Ladder, RefusalNamesTheStepOnceAndWhyNotNever) {
 
 }  // namespace
 }  // namespace fl
+
+namespace fl {
+namespace {
+
+// The timing's host inputs (app/runner.cpp): make_inputs' values, shared with the next request for the
+// same problem, seeds and count, drawn anew for anything else (a packed batch's offsets included).
+TEST(TimingInputs, SameRequestSharedOtherRequestsDrawnAnew) {
+  Problem p;
+  p.B = 2; p.H = 3; p.H_kv = 1; p.Nq = 17; p.Nk = 29; p.d = 32; p.dtype = DType::f16;
+  const auto a = timing_inputs(p, 7, 2);
+  ASSERT_EQ(a->size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    const Inputs want = make_inputs(p, 7 + uint64_t(i));
+    EXPECT_EQ((*a)[size_t(i)].q, want.q);
+    EXPECT_EQ((*a)[size_t(i)].k, want.k);
+    EXPECT_EQ((*a)[size_t(i)].v, want.v);
+    EXPECT_EQ((*a)[size_t(i)].dO, want.dO);
+  }
+  EXPECT_EQ(timing_inputs(p, 7, 2).get(), a.get()) << "the same request draws again";
+  const auto b = timing_inputs(p, 8, 2);
+  EXPECT_NE(b.get(), a.get());
+  EXPECT_EQ((*b)[0].q, make_inputs(p, 8).q);
+  EXPECT_EQ((*a)[0].q, make_inputs(p, 7).q) << "an earlier caller's sets stay valid";
+  Problem causal = p;
+  causal.causal = true;
+  EXPECT_NE(timing_inputs(causal, 8, 2).get(), b.get());
+  Problem packed = p;  // the same totals, other offsets: other inputs
+  packed.Nq = 24;       // the longest sequence
+  packed.cu_seqlens_q = {0, 10, 34};
+  packed.cu_seqlens_k = {0, 29, 58};
+  const auto c = timing_inputs(packed, 8, 1);
+  Problem packed2 = packed;
+  packed2.cu_seqlens_q = {0, 14, 34};
+  const auto c2 = timing_inputs(packed2, 8, 1);
+  EXPECT_NE(c2.get(), c.get());
+  EXPECT_EQ((*c2)[0].p.cu_seqlens_q, packed2.cu_seqlens_q);
+}
+
+}  // namespace
+}  // namespace fl
