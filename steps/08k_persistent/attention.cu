@@ -70,7 +70,7 @@ constexpr int kBc(bool causal) { return d == 256 ? 64 : d == 128 && !causal ? 17
 // 08i's README). Except where a mask's diagonal is short (causal or a window, at most 2048 query rows,
 // short_diagonal below): two (B_r = 128). Q_i's rows see keys up to the diagonal and the blocks that
 // cross it are visited whole, so the taller the tile, the more of its work is masked: at N = 2048,
-// 192-row tiles visit 104 blocks of 192 × 128 per (batch, head) for 2.1 M pairs that count (82%),
+// 192-row tiles visit 101 blocks of 192 × 128 per (batch, head) for 2.1 M pairs that count (85%),
 // 128-row tiles 136 blocks of 128 × 128 (94%). The masked share falls as B_r/N, and past 2048 the third
 // consumer's overlap wins again. 08k, H100, fp16, causal, FA2 sweep (B·N = 16384, H = 32), TFLOP/s:
 //   N                 512  1024  2048  4096  8192  16384
