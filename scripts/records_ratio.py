@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import statistics
 import sys
@@ -41,6 +42,10 @@ def load(path: str) -> list[dict]:
                 sys.exit(f"records_ratio.py: {path}:{n}: not a JSON record: {e}")
             if not isinstance(rec, dict) or "impl" not in rec or "tflops" not in rec:
                 sys.exit(f"records_ratio.py: {path}:{n}: a record needs 'impl' and 'tflops'")
+            tf = rec["tflops"]
+            # A NaN would pass through every ratio and min/max unnoticed: refused, with its line.
+            if not isinstance(tf, (int, float)) or not math.isfinite(tf) or tf <= 0:
+                sys.exit(f"records_ratio.py: {path}:{n}: tflops = {tf!r} is not a finite positive number")
             if not flr.is_variant(rec) and rec.get("pass") in ("fwd", "bwd"):
                 out.append(rec)
     return out

@@ -65,6 +65,14 @@ class RecordsRatio(unittest.TestCase):
         self.assertNotEqual(missing.returncode, 0)
         self.assertIn("no such file", missing.stderr)
 
+    def test_nan_or_zero_tflops_is_refused_with_its_line(self):
+        for bad in (float("nan"), 0.0, float("inf")):
+            p = self.write("nan.jsonl", [rec("A", 1024, 100), rec("B", 1024, bad)])
+            out = self.run_script("pair", "--a", "A", "--b", "B", p)
+            self.assertNotEqual(out.returncode, 0, bad)
+            self.assertIn("nan.jsonl:2", out.stderr)
+            self.assertIn("not a finite positive number", out.stderr)
+
     def test_unwritable_output_is_an_error(self):
         p = self.write("r.jsonl", [rec("A", 1024, 100), rec("B", 1024, 90)])
         out = self.run_script("pair", "--a", "A", "--b", "B", p, "--out", os.path.join(self.dir, "no", "dir", "x.md"))
