@@ -172,15 +172,16 @@ int main() {
     int64_t B, H, H_kv, Nq, Nk;
   };
   const Shape shapes[] = {{2, 4, 2, 512, 512}, {1, 8, 2, 1, 32768}, {1, 8, 2, 4, 8192}, {1, 2, 1, 8192, 8192}};
-  // The variants' template bits (softcap, ALiBi, per-sequence lengths) select kernels of their own: each
-  // combination a step lists is probed too, so every instantiation's launch is recorded. Bits: 1 softcap,
-  // 2 ALiBi, 4 variable length, 8 seqused_k (alone: the [B][H][N][d] layout with per-sequence keys).
+  // The variants' template bits (softcap, ALiBi, per-sequence lengths; 09d's window) select kernels of
+  // their own: each combination a step lists is probed too, so every instantiation's launch is recorded.
+  // Bits: 1 softcap, 2 ALiBi, 4 variable length, 8 seqused_k (alone: the [B][H][N][d] layout with
+  // per-sequence keys), 16 a window of (100, 0).
   int refused = 0, ran = 0;
   for (const Step& s : ladder()) {
     if (!s.gpu() || !s.impl) continue;
-    for (int var = 0; var < 16; ++var) {
+    for (int var = 0; var < 32; ++var) {
       const unsigned need = (var & 1 ? kSoftcap : 0u) | (var & 2 ? kAlibi : 0u) | (var & 4 ? kVarlen : 0u) |
-                            (var & 8 ? kSeqused : 0u);
+                            (var & 8 ? kSeqused : 0u) | (var & 16 ? kWindow : 0u);
       if ((need & ~s.variants) != 0 || ((var & 4) && (var & 8))) continue;
       for (DType t : s.dtypes)
         for (int64_t d : s.head_dims)
@@ -203,6 +204,7 @@ int main() {
                   }
                 }
                 if (var & 8) p.seqused_k.assign(size_t(p.B), int32_t(p.Nk));
+                if (var & 16) p.window_left = 100, p.window_right = 0;
                 if (!p.invalid_reason().empty() || !s.why_not(p).empty()) {
                   ++refused;
                   continue;

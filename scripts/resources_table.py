@@ -167,22 +167,24 @@ def probe_launches(build: str) -> dict[str, dict]:
 
 
 def variant_tags(problem: str) -> frozenset:
-    """The variants of a probed problem (Problem::describe()) that select a kernel of their own: softcap,
-    ALiBi, and per-sequence lengths (variable length or seqused_k: one template bit in the steps)."""
-    words = set(re.findall(r"\b(softcap|alibi|varlen|seqused_k)\b", problem))
-    tags = {w for w in words if w in ("softcap", "alibi")}
+    """The variants of a probed problem (Problem::describe()) that may select a kernel of their own:
+    softcap, ALiBi, per-sequence lengths (variable length or seqused_k: one template bit in the steps),
+    and the window (09d's kWindow bit; a kernel launched for plain problems too keeps the label plain,
+    as the tags of a kernel are those common to every problem that launched it)."""
+    words = set(re.findall(r"\b(softcap|alibi|varlen|seqused_k|window)\b", problem))
+    tags = {w for w in words if w in ("softcap", "alibi", "window")}
     if words & {"varlen", "seqused_k"}:
         tags.add("lengths")
     return frozenset(tags)
 
 
-VARIANT_LABEL = {"softcap": "softcap", "alibi": "ALiBi", "lengths": "per-sequence lengths"}
+VARIANT_LABEL = {"window": "window", "softcap": "softcap", "alibi": "ALiBi", "lengths": "per-sequence lengths"}
 
 
 def variant_cell(tags) -> str:
     if tags is None:
         return "–"
-    return " + ".join(VARIANT_LABEL[t] for t in ("softcap", "alibi", "lengths") if t in tags) or "plain"
+    return " + ".join(VARIANT_LABEL[t] for t in ("window", "softcap", "alibi", "lengths") if t in tags) or "plain"
 
 
 def source_launches(src: str) -> dict[str, dict]:

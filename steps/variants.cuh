@@ -49,7 +49,8 @@ struct VariantArgs {
   }
   /// The template bits of a variant kernel (ladder.hpp's Variant bits kSoftcap, kAlibi): a plain
   /// problem's kernel is instantiated without them, so it carries none of their instructions. The window
-  /// is not a bit: its edges are tested where 08i and 09c test causal's.
+  /// is not among them: 08j, 08k and step 10 test its edges where 08i tests causal's, and 09d's launcher
+  /// adds a kWindow bit of its own (its plain kernel is then 09c's, instruction for instruction).
   static int bits(const Problem& p) { return (p.softcap ? kSoftcap : 0) | (p.alibi != Alibi::none ? kAlibi : 0); }
   /// True when a kernel reads each sequence's lengths from device memory (variable length, seqused_k):
   /// 08j's, 08k's and 09d's template bit kVarlen, left out of bits() because their dispatches add it to each

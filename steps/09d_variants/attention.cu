@@ -20,7 +20,9 @@
 //     is packed too (Workspace::blocks); a column block that no query of its sequence sees writes
 //     dK_j = dV_j = 0 and leaves; and with seqused_k the rows of K_j, V_j past the used keys, which may
 //     hold NaN, are cleared in shared memory before any product reads them (the consumers' first lines).
-// Everything else is 09c's.
+// Everything else is 09c's. Each variant is a template bit of the main kernel (kWindow, kSoftcap, kAlibi,
+// kVarlen), so the plain problem, causal or not, runs a kernel with none of them: 09c's, the same PTX
+// instruction for instruction (scripts/same_ptx.py; the README gives the command).
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -232,11 +234,20 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
     }
   }
   // The rows that see a key of K_j (see the header): [q_lo, q_hi], so the Q blocks [i_first, i_last].
-  const int diag = n.Nk - n.Nq, k_last = min(j0 + B_c, n.Nk) - 1;
-  const int q_lo = var.right < 0 ? 0 : max(0, j0 - diag - var.right);
-  const int q_hi = var.left < 0 ? n.Nq - 1 : min(n.Nq - 1, k_last - diag + var.left);
-  const int i_first = q_lo / B_r, i_last = q_hi / B_r;
-  const int n_i = q_lo <= q_hi ? i_last - i_first + 1 : 0;
+  // Without the kWindow bit (the plain problem, causal or not) these are 09c's lines, so its kernel is
+  // 09c's. Run through the general rule below, the plain causal backward at d = 64 ran at 0.93–0.98×
+  // 09c's in the same run (H100, runs 26 and 29: docs/results/2026-11-25-h100-09d-vs-09c-plain.md,
+  // where 09c's own run-to-run ratios span 0.974–1.018). Variable length takes the bit too: its n.Nq
+  // is the sequence's, and T_r the longest sequence's.
+  const int diag = n.Nk - n.Nq;
+  int i_first = n.causal ? max(0, j0 + n.Nq - n.Nk) / B_r : 0, i_last = T_r - 1, n_i = T_r - i_first;
+  if constexpr ((kV & kWindow) != 0) {
+    const int k_last = min(j0 + B_c, n.Nk) - 1;
+    const int q_lo = var.right < 0 ? 0 : max(0, j0 - diag - var.right);
+    const int q_hi = var.left < 0 ? n.Nq - 1 : min(n.Nq - 1, k_last - diag + var.left);
+    i_first = q_lo / B_r, i_last = q_hi / B_r;
+    n_i = q_lo <= q_hi ? i_last - i_first + 1 : 0;
+  }
   const int n_iter = n.group * n_i;
   // The Q blocks run from the last down (09b: from i_first up). Every column block then starts on Q
   // block T_r − 1, which all of them meet, so in the deterministic mode the turns at one Q block
@@ -245,7 +256,7 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
   // d = 64, causal (H200, docs/results/2026-11-23-h200-09c-first.md).
   auto q_block = [&](int it, int& h, int& i) {
     h = h_kv * n.group + it / n_i;
-    i = i_last - it % n_i;
+    i = ((kV & kWindow) != 0 ? i_last : T_r - 1) - it % n_i;  // (09c: T_r − 1)
   };
 
   if (threadIdx.x == 0) {
@@ -367,8 +378,10 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
     // Rows past Nq have L = +∞ (kernel 1): P = 0 there without a test.
     wgmma::wait<1>();
     wgmma::pin(S);
-    const bool need_mask = j0 + B_c > n.Nk || (var.right >= 0 && j0 + B_c - 1 > i0 + diag + var.right) ||
-                           (var.left >= 0 && j0 < i0 + B_r - 1 + diag - var.left);
+    const bool need_mask = (kV & kWindow) == 0  // (09c's)
+        ? j0 + B_c > n.Nk || (n.causal && j0 + B_c - 1 > i0 + n.Nk - n.Nq)
+        : j0 + B_c > n.Nk || (var.right >= 0 && j0 + B_c - 1 > i0 + diag + var.right) ||
+              (var.left >= 0 && j0 < i0 + B_r - 1 + diag - var.left);
     const float slope_log2 = kV & kAlibi ? var.slopes[b * var.slopes_b + h] * kLog2e : 0.f;
     uint32_t P_a[B_r / 16][4];  // P_ijᵀ as dV_j's A operand (as 09b)
 #pragma unroll
@@ -385,11 +398,15 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
           u = 1.f - tt * tt;
         }
         if constexpr ((kV & kAlibi) != 0) z -= slope_log2 * fabsf(float(r + diag - c));
-        float p = kV == 0 ? exp2_ftz(fmaf(S[4 * nt + e], scale_log2, -(e & 1 ? l2.y : l2.x)))  // (09c's)
-                          : exp2_ftz(z - (e & 1 ? l2.y : l2.x));
+        float p = (kV & ~kWindow) == 0 ? exp2_ftz(fmaf(S[4 * nt + e], scale_log2, -(e & 1 ? l2.y : l2.x)))  // (09c's)
+                                       : exp2_ftz(z - (e & 1 ? l2.y : l2.x));
         if (need_mask) {
-          if (c >= n.Nk || (var.right >= 0 && c > r + diag + var.right) || (var.left >= 0 && c < r + diag - var.left))
+          if constexpr ((kV & kWindow) == 0) {  // (09c's)
+            if (c >= n.Nk || (n.causal && c > r + n.Nk - n.Nq)) p = 0.f;
+          } else if (c >= n.Nk || (var.right >= 0 && c > r + diag + var.right) ||
+                     (var.left >= 0 && c < r + diag - var.left)) {
             p = 0.f;
+          }
         }
         P_e[e] = p;
         S[4 * nt + e] = (kV & kSoftcap) != 0 ? u : p;  // P_ijᵀ; the softcap keeps 1 − t_ij² here instead
@@ -486,7 +503,7 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
         // The column blocks that meet Q_i are j_lo … J: j_lo holds Q_i's first visible key (0 without a
         // left edge), so block j's turn is the (j − j_lo)-th. Block j − 1 has the smaller blockIdx: it is
         // running or done, never waiting on j.
-        const int j_lo = var.left < 0 ? 0 : max(0, i0 + diag - var.left) / B_c;
+        const int j_lo = (kV & kWindow) == 0 || var.left < 0 ? 0 : max(0, i0 + diag - var.left) / B_c;
         int seen;
         do {
           asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(turn) : "memory");
@@ -619,11 +636,17 @@ void launch_backward(const Problem& p, const BackwardArgs& a) {
     if (VariantArgs::per_sequence(p)) run(std::integral_constant<int, decltype(kv_)::value | kVarlen>{});
     else run(kv_);
   };
-  switch (VariantArgs::bits(p)) {
-    case 0: with_len(std::integral_constant<int, 0>{}); break;
-    case kSoftcap: with_len(std::integral_constant<int, kSoftcap>{}); break;
-    case kAlibi: with_len(std::integral_constant<int, kAlibi>{}); break;
-    default: with_len(std::integral_constant<int, kSoftcap | kAlibi>{}); break;
+  // The plain problem (causal or not) runs the kernel without the window's rule: 09c's. Every other
+  // problem runs one with the kWindow bit, whatever its window (the rule reduces to causal's and to none).
+  if (VariantArgs::bits(p) == 0 && !p.windowed() && !VariantArgs::per_sequence(p)) {
+    run(std::integral_constant<int, 0>{});
+  } else {
+    switch (VariantArgs::bits(p)) {
+      case 0: with_len(std::integral_constant<int, kWindow>{}); break;
+      case kSoftcap: with_len(std::integral_constant<int, kWindow | kSoftcap>{}); break;
+      case kAlibi: with_len(std::integral_constant<int, kWindow | kAlibi>{}); break;
+      default: with_len(std::integral_constant<int, kWindow | kSoftcap | kAlibi>{}); break;
+    }
   }
   FL_CUDA(cudaGetLastError());
   // 3: dQ.
