@@ -304,9 +304,9 @@ def main():
     ap.add_argument("--fwd-step", default="08i_pingpong,08j_variants,08k_persistent",
                     help="our forward steps to compare, comma-separated (default: 08g, the last FA2-style step, "
                          "and the Hopper rungs 08h, 08i); the ratio columns are the last one's")
-    ap.add_argument("--bwd-deterministic", default="09d_variants",
+    ap.add_argument("--bwd-deterministic", default="09d_variants,09e_instruction_budget",
                     help="backward steps also timed in their deterministic mode (records: impl STEP+deterministic)")
-    ap.add_argument("--bwd-step", default="09c_tma_warpspec,09d_variants",
+    ap.add_argument("--bwd-step", default="09c_tma_warpspec,09d_variants,09e_instruction_budget",
                     help="our backward steps to compare, comma-separated ('' to skip); the ratio column is the last one's")
     ap.add_argument("--json", default="", help="append JSON records here")
     ap.add_argument("--reps", type=int, default=30)

@@ -33,6 +33,7 @@ FL_GPU_STEP(s09)
 FL_GPU_STEP(s09b)
 FL_GPU_STEP(s09c)
 FL_GPU_STEP(s09d)
+FL_GPU_STEP(s09e)
 FL_GPU_STEP(s10)
 #define FL_GPU(x) (&(x))
 
@@ -122,6 +123,11 @@ const std::vector<Step>& ladder() {
        "the backward through 08j's variants: the window's Q blocks only, ALiBi unchanged, dS_ij ∘ (1 − tanh²) for the softcap, "
        "packed variable-length batches",
        Where::gpu, true, kGpuTypes, WgmmaBwdD::list(), FL_GPU(s09d::impl), "09c", Arch::sm90a,
+       /*deterministic_backward=*/true, kWindow | kSoftcap | kAlibi | kVarlen | kSeqused},
+      {"09e", "09e_instruction_budget",
+       "fewer instructions per wgmma: descriptors from one warp-uniform base in uniform registers, the mask once per "
+       "tile instead of at every element",
+       Where::gpu, true, kGpuTypes, WgmmaBwdD::list(), FL_GPU(s09e::impl), "09d", Arch::sm90a,
        /*deterministic_backward=*/true, kWindow | kSoftcap | kAlibi | kVarlen | kSeqused},
       {"10", "10_split_kv",
        "split-KV decoding: the keys split across thread blocks too, partials merged by the logsumexp rule; GQA heads packed into one tile",
