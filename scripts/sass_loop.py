@@ -147,13 +147,18 @@ def main() -> int:
     table = "\n".join(lines)
     print(table)
     if a.out:
-        nvcc = subprocess.run([a.nvcc, "--version"], capture_output=True, text=True).stdout.strip().split("\n")[-1]
+        nvcc = next((l for l in subprocess.run([a.nvcc, "--version"], capture_output=True, text=True).stdout.split("\n")
+                     if "release" in l), "nvcc (version unknown)").strip()
         commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"], capture_output=True,
                                 text=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True).stdout.strip()
-        cmdline = " ".join(["scripts/sass_loop.py"] + [f"'{x}'" if re.search(r"[\s|()&*]", x) else x
-                                                       for x in sys.argv[1:] if x != a.out] + ["--out", a.out])
+        argv, kept = sys.argv[1:], []
+        for i, x in enumerate(argv):  # the command, --out and its value left out (added once at the end)
+            if x == "--out" or x.startswith("--out=") or (i > 0 and argv[i - 1] == "--out"):
+                continue
+            kept.append(f"'{x}'" if re.search(r"[\s|()&*\[\]\\]", x) else x)
+        cmdline = " ".join(["scripts/sass_loop.py"] + kept + ["--out", a.out])
         page = (f"# SASS of the hot loops: instructions per iteration, counted without a GPU\n\n"
                 f"<!-- Written by scripts/sass_loop.py; run it, do not edit. -->\n\n"
                 f"`{cmdline}`\n\n"
