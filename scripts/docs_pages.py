@@ -31,7 +31,7 @@ import diff_table  # noqa: E402
 
 # The theory pages, in reading order: docs/<name>.md.
 THEORY = ["memory_and_roofline", "io_complexity", "online_softmax", "fa1_vs_fa2", "backward", "conventions",
-          "glossary", "golden_sets", "variants"]
+          "glossary", "golden_sets", "variants", "machine_code"]
 NOT_YET = "not yet measured"
 
 # ------------------------------------------------------------------------------------------------------
