@@ -126,6 +126,16 @@ def main() -> int:
     if not os.path.exists(args.nvcc):
         print(f"same_ptx: no nvcc at {args.nvcc} (set --nvcc or NVCC)")
         return 2
+    for pair in args.pair:  # refused before anything is compiled
+        pa, eq, pb = pair.partition("=")
+        if not eq or not pa or not pb:
+            print(f"same_ptx: --pair {pair!r} is not PATTERN_A=PATTERN_B (both non-empty, one '=' between)")
+            return 1
+        try:
+            re.compile(pa)
+        except re.error as e:
+            print(f"same_ptx: --pair {pair!r}: PATTERN_A is not a regular expression: {e}")
+            return 1
     with tempfile.TemporaryDirectory(prefix="same-ptx-") as tmp:
         ka = kernels(ptx(args.nvcc, source(args.a, tmp), os.path.join(tmp, "a.ptx")))
         kb = kernels(ptx(args.nvcc, source(args.b, tmp), os.path.join(tmp, "b.ptx")))
@@ -139,8 +149,13 @@ def main() -> int:
             bad += 1
             continue
         for name_a, m in matched:
-            want = re.sub(r"\\(\d)", lambda g: re.escape(m.group(int(g.group(1)))), pb)  # A's groups, literally
-            hits = [n for n in kb if re.search(want, n)]
+            try:
+                want = re.sub(r"\\(\d)", lambda g: re.escape(m.group(int(g.group(1))) or ""), pb)  # A's groups, literally
+                hits = [n for n in kb if re.search(want, n)]
+            except (re.error, IndexError) as e:
+                print(f"same_ptx: --pair {pair!r}: PATTERN_B, with A's groups put in, is not a regular expression "
+                      f"or names a group A does not have: {e}")
+                return 1
             if len(hits) != 1:
                 print(f"NO PAIR: {want!r} matches {len(hits)} of B's kernels (for {name_a})")
                 bad += 1

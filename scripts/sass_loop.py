@@ -96,6 +96,15 @@ def main() -> int:
     ap.add_argument("--out", help="write the table to this markdown page")
     ap.add_argument("--nvcc", default=os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc"))
     a = ap.parse_args()
+    try:
+        re.compile(a.kernel)
+    except re.error as e:
+        print(f"sass_loop: --kernel {a.kernel!r} is not a regular expression: {e}")
+        return 1
+    for rule in a.sed:
+        if "=" not in rule or not rule.partition("=")[0]:
+            print(f"sass_loop: --sed {rule!r} is not OLD=NEW (OLD non-empty)")
+            return 1
     tool = find_cuobjdump()
     if not tool:
         print("sass_loop: no cuobjdump (CUDA toolkit's bin/, or `pip install nvidia-cuda-cuobjdump`; or set CUOBJDUMP)")

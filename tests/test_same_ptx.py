@@ -75,6 +75,16 @@ class SamePtx(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertIn("NO PAIR", out)
 
+    def test_malformed_pairs_are_refused_with_the_reason(self):
+        for pair, words in (("no-equals-sign", "not PATTERN_A=PATTERN_B"), ("=x", "not PATTERN_A=PATTERN_B"),
+                            ("(unclosed=x", "not a regular expression")):
+            rc, out = self.run_it(self.a, self.b, "--pair", pair)
+            self.assertEqual(rc, 1, out)
+            self.assertIn(words, out)
+        rc, out = self.run_it(self.a, self.b, "--pair", r"sAAA::scale_kernel<(\w+)=sBBB::scale_kernel<\3")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("names a group A does not have", out)
+
     def test_a_source_that_does_not_compile_is_exit_2(self):
         rc, out = self.run_it(self.bad, self.b, "--pair", "x=y")
         self.assertEqual(rc, 2, out)

@@ -47,6 +47,15 @@ class SassLoop(unittest.TestCase):
         self.assertIsNone(sass_loop.inner_loop(ins, 4))
         self.assertIsNone(sass_loop.inner_loop(sass_loop.functions(SASS)["_Z5otherv"], 1))
 
+    def test_bad_options_are_refused_before_anything_runs(self):
+        import subprocess
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "sass_loop.py")
+        for args, words in ((["--kernel", "(unclosed"], "is not a regular expression"),
+                            (["--sed", "no-equals-sign"], "is not OLD=NEW"), (["--sed", "=x"], "is not OLD=NEW")):
+            r = subprocess.run([sys.executable, script, "whatever.cu", *args], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertIn(words, r.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()
