@@ -302,8 +302,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
     ap.add_argument("--fwd-step", default="08i_pingpong,08j_variants,08k_persistent",
-                    help="our forward steps to compare, comma-separated (default: 08g, the last FA2-style step, "
-                         "and the Hopper rungs 08h, 08i); the ratio columns are the last one's")
+                    help="our forward steps to compare, comma-separated (--fwd-step= for none: a backward-only run); "
+                         "the ratio columns are the last one's")
     ap.add_argument("--bwd-deterministic", default="09d_variants,09e_instruction_budget",
                     help="backward steps also timed in their deterministic mode (records: impl STEP+deterministic)")
     ap.add_argument("--bwd-step", default="09c_tma_warpspec,09d_variants,09e_instruction_budget",
@@ -399,9 +399,9 @@ def main():
                     failures.append(f"{step} forward N={N} d={d} causal={causal} {dt}: error {err:.3g} > tolerance {tol:.3g}")
             t = time_launches(fwd, sets, args.warmup, args.reps, before=poison)
             row[step] = emit(step, "fwd", B, H, N, d, causal, dt, t, tol_used)["tflops"]
-        row["ours"] = row[fwd_steps[-1]]
-        # torch backends, forward
-        for name, backend in (("torch_flash", SDPBackend.FLASH_ATTENTION), ("torch_cudnn", SDPBackend.CUDNN_ATTENTION)):
+        row["ours"] = row[fwd_steps[-1]] if fwd_steps else float("nan")
+        # torch backends, forward (not timed when no forward step is: --fwd-step= for a backward-only run)
+        for name, backend in (("torch_flash", SDPBackend.FLASH_ATTENTION), ("torch_cudnn", SDPBackend.CUDNN_ATTENTION))[:2 if fwd_steps else 0]:
             try:
                 with sdpa_kernel(backend):
                     f = lambda s: F.scaled_dot_product_attention(s["q"], s["k"], s["v"], is_causal=causal)
@@ -468,7 +468,8 @@ def main():
         del sets
         torch.cuda.empty_cache()
         others = "".join(f"{st[:3]} {row[st]:6.1f}  " for st in fwd_steps[:-1])
-        print(f"d={d:3d} {'causal' if causal else 'full  '} {dt} N={N:5d}: {others}{fwd_steps[-1][:3]} {row['ours']:6.1f}  flash "
+        last = fwd_steps[-1][:3] if fwd_steps else "fwd"
+        print(f"d={d:3d} {'causal' if causal else 'full  '} {dt} N={N:5d}: {others}{last} {row['ours']:6.1f}  flash "
               f"{row.get('torch_flash', float('nan')):6.1f}  cudnn {row.get('torch_cudnn', float('nan')):6.1f}  "
               f"ours/flash {row['ours'] / row.get('torch_flash', float('nan')):5.2f}  "
               f"ours/cudnn {row['ours'] / row.get('torch_cudnn', float('nan')):5.2f}  check {row.get('check', '-')}"
