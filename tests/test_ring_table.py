@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""flashladder — tests/test_ring_table.py: scripts/ring_table.py on made-up ring records: the ratio and
+scaling efficiency, a missed time bar and a missed balance bar shown as **no**, the causal contiguous run
+shown for contrast and not judged, a point without a 1-GPU record, the per-step table (the backward's
+final hop as a transfer only), refusals of a malformed line, a record lacking a field and a duplicate
+point (each naming its line), and the README block: --readme fills it, --check compares, no markers is
+refused."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "scripts", "ring_table.py")
+
+
+def rec(pas, n, causal, gpus, layout, ms, busy=None, **kw):
+    steps = gpus + 1 if pas == "bwd" and gpus > 1 else gpus
+    busy = busy or [ms] * gpus
+    r = {"impl": "11_ring_attention", "pass": pas, "Nq": n, "Nk": n, "causal": causal, "gpus": gpus,
+         "layout": layout, "dtype": "fp16", "B": 1, "H": 16, "H_kv": 16, "d": 128, "median_ms": ms,
+         "rank_ms": [ms] * gpus, "rank_busy_ms": busy,
+         "step_compute_ms": [[b / gpus] * gpus + [0.0] * (steps - gpus) for b in busy],
+         "step_transfer_ms": [[0.25] * steps for _ in busy], "step_pairs": [[1] * gpus + [0] * (steps - gpus)] * gpus,
+         "commit": "abc123", "device": "GPU X", "date": "2026-01-02T03:04:05Z", "pass_check": True}
+    r.update(kw)
+    return r
+
+
+GOOD = [rec("fwd", 1024, False, 1, "contiguous", 10.0), rec("fwd", 1024, False, 2, "contiguous", 5.2),
+        rec("fwd", 1024, True, 1, "contiguous", 6.0), rec("fwd", 1024, True, 2, "zigzag", 3.6, busy=[3.0, 3.36]),
+        rec("fwd", 1024, True, 2, "contiguous", 4.5, busy=[1.0, 4.4]),
+        rec("bwd", 1024, False, 1, "contiguous", 20.0), rec("bwd", 1024, False, 2, "contiguous", 10.8),
+        {"impl": "08i_pingpong", "pass": "fwd", "tflops": 600}]
+
+
+class RingTable(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+
+    def write(self, name, recs):
+        p = os.path.join(self.dir, name)
+        with open(p, "w") as f:
+            for r in recs:
+                f.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
+        return p
+
+    def run_script(self, *args):
+        return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
+
+    def test_ratio_efficiency_and_bars(self):
+        out = self.run_script(self.write("r.jsonl", GOOD))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        t = out.stdout
+        self.assertIn("`r.jsonl`; GPU X; commit abc123; 2026-01-02.", t)
+        # 5.2 / 10 = 0.520, efficiency 10 / (2 · 5.2) = 96.2%: met.
+        self.assertIn("| 1024 | no | contiguous | 10.000 | 5.200 | 0.520 | 96.2% | yes | 1.000 | – |", t)
+        # 3.6 / 6 = 0.600: missed; ranks 3.36 / 3.0 = 1.120: missed too.
+        self.assertIn("| 1024 | yes | zigzag | 6.000 | 3.600 | 0.600 | 83.3% | **no** | 1.120 | **no** |", t)
+        # The causal contiguous run: shown, not judged.
+        self.assertIn("| 1024 | yes | contiguous | 6.000 | 4.500 | 0.750 | 66.7% | contrast (not judged) | 4.400 |", t)
+        # Backward 10.8 / 20 = 0.540 (met); its last step is the final hop.
+        self.assertIn("| 1024 | no | contiguous | 20.000 | 10.800 | 0.540 | 92.6% | yes |", t)
+        self.assertIn("| bwd | 1024 | no | contiguous | final dK, dV hop (transfer only) | – | — / 0.250 | — / 0.250 |", t)
+        self.assertIn("| fwd | 1024 | no | contiguous | 1 | 1 / 1 | 2.600 / — | 2.600 / — |", t)
+        self.assertIn("**Summary:** 2 of 3 points meet the time bar (2-GPU ≤ 0.55 × 1-GPU); not met: forward N 1024 "
+                      "causal zigzag (0.600). Causal zigzag ranks within 10%: 0 of 1; not: forward N 1024 causal "
+                      "zigzag (1.120).", t)
+        self.assertNotIn("08i", t)
+
+    def test_missing_baseline(self):
+        out = self.run_script(self.write("r.jsonl", [rec("bwd", 2048, True, 2, "zigzag", 4.0)]))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("| 2048 | yes | zigzag | no 1-GPU record | 4.000 | – | – | **no** (no 1-GPU record) |", out.stdout)
+        self.assertIn("0 of 1 points meet the time bar", out.stdout)
+        self.assertIn("not met: backward N 2048 causal zigzag (no 1-GPU record)", out.stdout)
+
+    def test_duplicate_point_is_refused_naming_both_lines(self):
+        a = self.write("a.jsonl", GOOD[:2])
+        b = self.write("b.jsonl", [GOOD[2], rec("fwd", 1024, False, 2, "contiguous", 5.0)])
+        out = self.run_script(a, b)
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("b.jsonl:2: the same point as " + a + ":2", out.stderr)
+        # Another layout, dtype or GPU count is another point.
+        ok = self.run_script(self.write("c.jsonl", GOOD[:2] + [rec("fwd", 1024, False, 2, "contiguous", 5.0, dtype="bf16")]))
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+
+    def test_malformed_line_and_missing_field_are_refused(self):
+        out = self.run_script(self.write("bad.jsonl", [GOOD[0], "{not json"]))
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("bad.jsonl:2: not a JSON record", out.stderr)
+        lacking = dict(GOOD[1])
+        del lacking["rank_busy_ms"]
+        out = self.run_script(self.write("lack.jsonl", [GOOD[0], "", lacking]))
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("lack.jsonl:3: a ring record needs rank_busy_ms", out.stderr)
+        short = rec("bwd", 1024, False, 2, "contiguous", 9.0)
+        short["step_transfer_ms"] = [[0.1, 0.1], [0.1, 0.1]]  # the backward's final hop missing
+        out = self.run_script(self.write("short.jsonl", [short]))
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("short.jsonl:1: step_transfer_ms must be 2 lists (one per rank) of 3 numbers", out.stderr)
+
+    def test_readme_block_and_check(self):
+        recs = self.write("r.jsonl", GOOD)
+        readme = os.path.join(self.dir, "README.md")
+        with open(readme, "w") as f:
+            f.write("# Step\n\nbefore\n<!-- fl:ring -->\nold table\n<!-- /fl:ring -->\nafter\n")
+        self.assertEqual(self.run_script("--check", "--readme", readme, recs).returncode, 1)
+        out = self.run_script("--readme", readme, recs)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        with open(readme) as f:
+            text = f.read()
+        self.assertTrue(text.startswith("# Step\n\nbefore\n<!-- fl:ring -->\n<!-- Written by scripts/ring_table.py "
+                                        "from the records named below; run it, do not edit. -->\n"), text)
+        self.assertTrue(text.endswith("\n<!-- /fl:ring -->\nafter\n"), text)
+        self.assertNotIn("old table", text)
+        self.assertIn("**Summary:** 2 of 3", text)
+        self.assertEqual(self.run_script("--check", "--readme", readme, recs).returncode, 0)
+        # The records change: the block is stale.
+        other = self.write("r.jsonl", GOOD[:1] + [rec("fwd", 1024, False, 2, "contiguous", 5.0)])
+        stale = self.run_script("--check", "--readme", readme, other)
+        self.assertEqual(stale.returncode, 1)
+        self.assertIn("is stale", stale.stdout)
+        with open(readme) as f:
+            self.assertEqual(f.read(), text)  # --check changes nothing
+        bare = os.path.join(self.dir, "BARE.md")
+        with open(bare, "w") as f:
+            f.write("# no block\n")
+        out = self.run_script("--readme", bare, recs)
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("has no <!-- fl:ring -->", out.stderr)
+        self.assertNotEqual(self.run_script("--check", recs).returncode, 0)  # --check needs --readme
+
+
+if __name__ == "__main__":
+    unittest.main()
