@@ -51,7 +51,7 @@ template <int d>
 struct Bwd {
   static constexpr int B_c = 128, B_r = d <= 64 ? 128 : 64;
   static constexpr int kConsumers = 2, kThreads = 128 * (kConsumers + 1);
-  static constexpr int kStages = d <= 64 ? 2 : 3;  // Q_i, dO_i, L_i, D_i ring (EXPERIMENT: 3 at d = 128)
+  static constexpr int kStages = 2;  // Q_i, dO_i, L_i, D_i ring
   static constexpr int P = 64;       // panel width (columns of 128 bytes)
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 128·24 + 256·240 = 64 512
   static_assert(B_r * d == 2 * 64 * 64, "dQ_i is two m64n64 tiles, one per consumer");
