@@ -2,6 +2,7 @@
 """flashladder — scripts/bars.py: the benchmark bars of the open issues, computed from records.
 
     scripts/bars.py --torch docs/results/X-torch.jsonl [--decode docs/results/Y-decode.jsonl] [--out FILE.md]
+    scripts/bars.py --torch R1.jsonl --torch R2.jsonl --torch R3.jsonl   (repetitions of one sweep)
 
 From one run's records (scripts/compare_torch.py), per point of the FA2 sweep: our last forward rung
 against torch cuDNN and FLASH (issue 15: >= 0.9x cuDNN at N >= 2048, >= 1.0x FLASH at N >= 1024), our
@@ -9,11 +10,17 @@ last backward rung and its deterministic mode against both (issue 16: the same b
 decode sweep: step 10 against both and its K+V bytes/s against the run's copy bandwidth (issue 17:
 >= 1.0x both and >= 85% of the copy at Nk >= 8192). Each row says whether it meets its bar, so a
 missed bar shows by how much. Standard library only: it runs anywhere the records are.
+
+With --torch given more than once (repetitions of the same sweep, e.g. in one device call), each run
+gets its own tables, as above, and then one table per pass over the repetitions: per fp16 point, the
+ratio to cuDNN in each run, their median, and in how many runs the point met its bars. A bar met in
+one run and missed in another is within the runs' noise, and the table shows it.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 
 
@@ -70,6 +77,53 @@ def fa2_table(records, pas, ours, bar_cudnn_n, bar_flash_n, extra=None):
     return "\n".join(lines) + "\n"
 
 
+def repeat_table(runs, pas, ours, bar_cudnn_n, bar_flash_n):
+    """Per fp16 point with N >= bar_flash_n: each run's ours / cuDNN, the median, runs meeting the bars."""
+    idx = [index(rec, pas) for rec in runs]
+    points = sorted({k for by in idx for k in by.get(ours, {}) if k[0] == "fp16" and k[6] >= bar_flash_n},
+                    key=lambda k: (k[1], k[2], k[6]))
+    if not points:
+        return f"(no fp16 `{ours}` {pas} records with N ≥ {bar_flash_n})\n"
+    lines = ["| d | causal | N | " + " | ".join(f"run {i + 1} / cuDNN" for i in range(len(runs)))
+             + " | median / cuDNN | median / FLASH | runs meeting the bars |",
+             "|--:|---|--:|" + "--:|" * len(runs) + "--:|--:|---|"]
+    short = 0
+    for k in points:
+        rc, rf, met = [], [], 0
+        for by in idx:
+            o = by.get(ours, {}).get(k, {}).get("tflops")
+            fl = by.get("torch_flash", {}).get(k, {}).get("tflops")
+            cu = by.get("torch_cudnn", {}).get(k, {}).get("tflops")
+            c = o / cu if o and cu else float("nan")
+            f = o / fl if o and fl else float("nan")
+            rc.append(c)
+            rf.append(f)
+            met += int(f >= 1.0 and (k[6] < bar_cudnn_n or c >= 0.9))
+        have = [x for x in rc if x == x]
+        med_c = statistics.median(have) if have else float("nan")
+        have_f = [x for x in rf if x == x]
+        med_f = statistics.median(have_f) if have_f else float("nan")
+        short += int(met < len(runs))
+        cells = " | ".join(f"{x:.2f}" for x in rc)
+        lines.append(f"| {k[1]} | {'yes' if k[2] else 'no'} | {k[6]} | {cells} | {med_c:.2f} | {med_f:.2f} | "
+                     f"{met} of {len(runs)}{'' if met == len(runs) else ' **(not every run)**'} |")
+    lines.append(f"\n{len(points) - short} of {len(points)} points met their bars in every run.")
+    # Whose time moved between the runs: each implementation's (max − min) / median TFLOP/s per point.
+    spreads = []
+    for impl in (ours, "torch_cudnn", "torch_flash"):
+        sp = []
+        for k in points:
+            v = [by.get(impl, {}).get(k, {}).get("tflops") for by in idx]
+            if all(v):
+                sp.append((max(v) - min(v)) / statistics.median(v))
+        if sp:
+            spreads.append(f"{impl} median {100 * statistics.median(sp):.1f}%, largest {100 * max(sp):.1f}%")
+    if spreads:
+        lines.append("Spread of each one's TFLOP/s over the runs, (max − min) / median per point: "
+                     + "; ".join(spreads) + ".")
+    return "\n".join(lines) + "\n"
+
+
 def decode_table(records):
     copy = [r for r in records if r.get("impl") == "d2d_copy"]
     bw = copy[-1]["bytes_per_s"] if copy else None
@@ -98,7 +152,8 @@ def decode_table(records):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--torch", help="records of scripts/compare_torch.py (the FA2 sweep)")
+    ap.add_argument("--torch", action="append", default=[],
+                    help="records of scripts/compare_torch.py (the FA2 sweep); again for each repetition")
     ap.add_argument("--decode", help="records of scripts/compare_torch.py --sweeps decode")
     ap.add_argument("--fwd", default="08k_persistent")
     ap.add_argument("--bwd", default="09e_instruction_budget")
@@ -107,16 +162,21 @@ def main():
     if not a.torch and not a.decode:
         ap.error("give --torch and/or --decode")
     parts = ["<!-- Written by scripts/bars.py from the records named below; run it, do not edit. -->\n"]
-    if a.torch:
-        rec = load(a.torch)
+    runs = [load(path) for path in a.torch]
+    for path, rec in zip(a.torch, runs):
         meta = rec[0] if rec else {}
-        parts.append(f"# The bars of issues 15 and 16 (`{a.torch}`)\n\n{meta.get('device')}, commit "
+        parts.append(f"# The bars of issues 15 and 16 (`{path}`)\n\n{meta.get('device')}, commit "
                      f"{meta.get('commit')}, {meta.get('date')}; FA2 sweep: hidden 2048 (H = 2048/d), B·N = 16384; "
                      "TFLOP/s by the FlashAttention convention (backward 2.5× forward).\n")
         parts.append(f"## Forward: {a.fwd} (bars: ≥ 0.9× cuDNN at N ≥ 2048, ≥ 1.0× FLASH at N ≥ 1024)\n")
         parts.append(fa2_table(rec, "fwd", a.fwd, 2048, 1024))
         parts.append(f"\n## Backward: {a.bwd} (the same bars), and its deterministic mode\n")
         parts.append(fa2_table(rec, "bwd", a.bwd, 2048, 1024, extra=a.bwd + "+deterministic"))
+    if len(runs) > 1:
+        parts.append(f"# Over the {len(runs)} runs above\n")
+        for pas, ours in (("fwd", a.fwd), ("bwd", a.bwd)):
+            parts.append(f"## {'Forward' if pas == 'fwd' else 'Backward'}: {ours}\n")
+            parts.append(repeat_table(runs, pas, ours, 2048, 1024))
     if a.decode:
         rec = load(a.decode)
         meta = next((r for r in rec if r.get("impl") != "d2d_copy"), {})

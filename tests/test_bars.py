@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""flashladder — tests/test_bars.py: scripts/bars.py on made-up records: one run's table (a point under
+0.9x cuDNN marked **no**, the lowest ratio named), and repetitions (--torch given three times): each
+run's ratio, the median, "met in k of n" with a point that misses in one run only, and the spread line
+naming whose time moved."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "scripts", "bars.py")
+
+
+def rec(impl, pas, n, tflops, d=128, causal=False):
+    return {"impl": impl, "pass": pas, "dtype": "fp16", "d": d, "causal": causal, "B": 16384 // n,
+            "H": 2048 // d, "H_kv": 2048 // d, "Nq": n, "Nk": n, "tflops": tflops, "median_ms": 1.0,
+            "device": "made-up GPU", "commit": "abc", "date": "2026-11-26"}
+
+
+def run_file(folder, name, ours_fwd, cudnn_fwd):
+    """One run: two points (N 2048 and 4096) of ours, cuDNN and FLASH, forward and backward."""
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        for n, o, c in zip((2048, 4096), ours_fwd, cudnn_fwd):
+            for r in (rec("08k_persistent", "fwd", n, o), rec("torch_cudnn", "fwd", n, c), rec("torch_flash", "fwd", n, 300.0),
+                      rec("09e_instruction_budget", "bwd", n, 400.0), rec("torch_cudnn", "bwd", n, 420.0),
+                      rec("torch_flash", "bwd", n, 280.0)):
+                f.write(json.dumps(r) + "\n")
+    return path
+
+
+def bars(*args):
+    p = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise AssertionError(p.stderr)
+    return p.stdout
+
+
+class Bars(unittest.TestCase):
+    def test_one_run_marks_a_miss(self):
+        with tempfile.TemporaryDirectory() as t:
+            out = bars("--torch", run_file(t, "a.jsonl", (500.0, 600.0), (600.0, 600.0)))
+        self.assertIn("| fp16 | 128 | no | 2048 | 500.0 | 300.0 | 600.0 | 1.67 | 0.83 | **no** |", out)
+        self.assertIn("| fp16 | 128 | no | 4096 | 600.0 | 300.0 | 600.0 | 2.00 | 1.00 | yes |", out)
+        self.assertIn("Lowest / cuDNN at N ≥ 2048: 0.83 (fp16, d = 128, non-causal, N = 2048)", out)
+        self.assertNotIn("Over the", out)
+
+    def test_repetitions(self):
+        with tempfile.TemporaryDirectory() as t:
+            files = [run_file(t, "r1.jsonl", (560.0, 600.0), (600.0, 600.0)),   # 0.93: met
+                     run_file(t, "r2.jsonl", (520.0, 600.0), (600.0, 600.0)),   # 0.87: missed
+                     run_file(t, "r3.jsonl", (580.0, 600.0), (600.0, 660.0))]   # 0.97, and cuDNN moved at 4096
+            out = bars(*sum((["--torch", f] for f in files), []))
+        self.assertEqual(out.count("# The bars of issues 15 and 16"), 3)
+        self.assertIn("# Over the 3 runs above", out)
+        self.assertIn("| 128 | no | 2048 | 0.93 | 0.87 | 0.97 | 0.93 | 1.87 | 2 of 3 **(not every run)** |", out)
+        self.assertIn("| 128 | no | 4096 | 1.00 | 1.00 | 0.91 | 1.00 | 2.00 | 3 of 3 |", out)
+        self.assertIn("1 of 2 points met their bars in every run.", out)
+        # cuDNN's 4096 point moved by 60/600 = 10%; ours by 60/560 at 2048 (10.7%) and 0 at 4096.
+        self.assertIn("torch_cudnn median 5.0%, largest 10.0%", out)
+        self.assertIn("08k_persistent median 5.4%, largest 10.7%", out)
+        # The backward is steady: 400 / 420 in every run, met everywhere.
+        self.assertIn("| 128 | no | 2048 | 0.95 | 0.95 | 0.95 | 0.95 | 1.43 | 3 of 3 |", out)
+        self.assertIn("2 of 2 points met their bars in every run.", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
