@@ -441,7 +441,7 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
     // branch and its convergence barrier each, on every tile). Element S[4·nt + e] is the half e % 2
     // (the low one for e even, as pack2 puts it) of P_a[nt / 2][2·(nt % 2) + e / 2]; a masked one is
     // cleared to +0, the bits pack2 gives 0.f, so P_a is what 09d's p = 0 produced.
-    auto mask_tile = [&](uint32_t (&A)[B_r / 16][4]) {
+    if (need_mask) {
 #pragma unroll
       for (int nt = 0; nt < B_r / 8; ++nt)
 #pragma unroll
@@ -450,10 +450,9 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
           const bool out = (kV & kWindow) == 0
               ? c >= n.Nk || (n.causal && c > r + n.Nk - n.Nq)
               : c >= n.Nk || (var.right >= 0 && c > r + diag + var.right) || (var.left >= 0 && c < r + diag - var.left);
-          if (out) A[nt / 2][2 * (nt % 2) + e / 2] &= e % 2 ? 0x0000ffffu : 0xffff0000u;
+          if (out) P_a[nt / 2][2 * (nt % 2) + e / 2] &= e % 2 ? 0x0000ffffu : 0xffff0000u;
         }
-    };
-    if (need_mask) mask_tile(P_a);
+    }
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < B_r / 16; ++kk)
@@ -463,44 +462,24 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
                             desc(s16, oO + p * B_r * P + 16 * kk * P, B_r * P * sz));
     wgmma::commit();
 
-    // EXPERIMENT: dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ − D_i) in fp32 from S (the unrounded P_ijᵀ) while dV_j's
-    // product runs; only the packing into P_a waits for it. Masked elements are cleared after packing.
-    if constexpr ((kV & kSoftcap) == 0 && d == 128) {  // (at d = 64 the live S spills ~370 bytes)
-      wgmma::wait<1>();  // dP_ijᵀ's group (committed before dV_j's) is complete
-      wgmma::pin(dP);
+    // dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ − D_i), replacing P_ijᵀ in P_a once dV_j no longer reads it (as 09b).
+    wgmma::wait<0>();
+    wgmma::pin(dP);
+    wgmma::pin(dV_j);
 #pragma unroll
-      for (int nt = 0; nt < B_r / 8; ++nt) {
+    for (int kk = 0; kk < B_r / 16; ++kk)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int nt = 2 * kk + x / 2, r = x % 2;
+        const float2 pp = unpack2<T>(P_a[kk][x]);
         const float2 dd = *reinterpret_cast<const float2*>(D_i + 8 * nt + 2 * t);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dP[4 * nt + e] = S[4 * nt + e] * (dP[4 * nt + e] - 0.5f * (e & 1 ? dd.y : dd.x));
-      }
-      wgmma::wait<0>();
-      wgmma::pin(dV_j);
-#pragma unroll
-      for (int kk = 0; kk < B_r / 16; ++kk)
-#pragma unroll
-        for (int x = 0; x < 4; ++x) P_a[kk][x] = pack2<T>(dP[8 * kk + 2 * x], dP[8 * kk + 2 * x + 1]);
-      if (need_mask) mask_tile(P_a);
-    } else {
-      // dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ − D_i), replacing P_ijᵀ in P_a once dV_j no longer reads it (as 09b).
-      wgmma::wait<0>();
-      wgmma::pin(dP);
-      wgmma::pin(dV_j);
-#pragma unroll
-      for (int kk = 0; kk < B_r / 16; ++kk)
-#pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          const int nt = 2 * kk + x / 2, r = x % 2;
-          const float2 pp = unpack2<T>(P_a[kk][x]);
-          const float2 dd = *reinterpret_cast<const float2*>(D_i + 8 * nt + 2 * t);
-          float2 ds = make_float2(pp.x * (dP[4 * nt + 2 * r] - 0.5f * dd.x), pp.y * (dP[4 * nt + 2 * r + 1] - 0.5f * dd.y));
-          if constexpr ((kV & kSoftcap) != 0) {  // dL/dS = dL/dz · (1 − t²) (· τ at the end)
-            ds.x *= S[4 * nt + 2 * r];
-            ds.y *= S[4 * nt + 2 * r + 1];
-          }
-          P_a[kk][x] = pack2<T>(ds.x, ds.y);
+        float2 ds = make_float2(pp.x * (dP[4 * nt + 2 * r] - 0.5f * dd.x), pp.y * (dP[4 * nt + 2 * r + 1] - 0.5f * dd.y));
+        if constexpr ((kV & kSoftcap) != 0) {  // dL/dS = dL/dz · (1 − t²) (· τ at the end)
+          ds.x *= S[4 * nt + 2 * r];
+          ds.y *= S[4 * nt + 2 * r + 1];
         }
-    }
+        P_a[kk][x] = pack2<T>(ds.x, ds.y);
+      }
     uint32_t (&dS_a)[B_r / 16][4] = P_a;
     // dS_ijᵀ → shared memory for dQ_i. Every consumer finished the previous iteration's dQ_i product
     // (the barrier at its end), so dS_s is free.
