@@ -21,6 +21,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -80,11 +81,21 @@ class Ours:
                                          dv.data_ptr(), self.ws[1].data_ptr(), stream))
 
 
-def time_launches(fn, sets, warmup, reps, before=None, lead_in_cycles=0):
+def time_launches(fn, sets, warmup, reps, before=None, lead_in_cycles=0, settle_ms=0.0):
     """CUDA events around each launch; before(i) runs untimed first (e.g. poisoning). lead_in_cycles > 0
     queues a GPU sleep of that many clocks before the start event, so that the GPU is still busy when
     the host has queued the launch: the events then time the GPU's work, not the host's call overhead
-    (the decode sweep's kernels take microseconds, as long as a Python call)."""
+    (the decode sweep's kernels take microseconds, as long as a Python call). settle_ms > 0: before the
+    warm-up, launch untimed until that much wall time has passed (every implementation gets the same)."""
+    if settle_ms > 0:
+        t0 = time.perf_counter()
+        it = 0
+        while (time.perf_counter() - t0) * 1e3 < settle_ms:
+            fn(sets[it % len(sets)])
+            it += 1
+            if it % 8 == 0:
+                torch.cuda.synchronize()
+        torch.cuda.synchronize()
     ms = []
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for it in range(warmup + reps):
@@ -254,7 +265,8 @@ def decode_sweep(args, lib, env, out):
                                 if not err <= tol:
                                     failures.append(f"{label} decode B={B} H_kv={H_kv} Nq={Nq} Nk={Nk}: error {err:.3g} > "
                                                     f"tolerance {tol:.3g}")
-                            t = time_launches(fwd, sets, args.warmup, args.reps, before=poison, lead_in_cycles=LEAD_IN)
+                            t = time_launches(fwd, sets, args.warmup, args.reps, before=poison, lead_in_cycles=LEAD_IN,
+                                              settle_ms=args.decode_settle_ms)
                             row[label] = emit(step, t, tol_used, extra)
                         except Exception as e:
                             print(f"  {label} B={B} H_kv={H_kv} Nq={Nq} Nk={Nk}: {e}", file=sys.stderr)
@@ -265,7 +277,8 @@ def decode_sweep(args, lib, env, out):
                         try:
                             with sdpa_kernel(backend), torch.no_grad():
                                 f = lambda s: F.scaled_dot_product_attention(s["q"], s["k"], s["v"], enable_gqa=True)
-                                t = time_launches(f, sets, args.warmup, args.reps, lead_in_cycles=LEAD_IN)
+                                t = time_launches(f, sets, args.warmup, args.reps, lead_in_cycles=LEAD_IN,
+                                                  settle_ms=args.decode_settle_ms)
                             row[name] = emit(name, t, None, {"gqa": "native"})
                         except Exception as e:  # a backend that refuses a shape is reported, not hidden
                             print(f"  {name} B={B} H_kv={H_kv} Nq={Nq} Nk={Nk} (enable_gqa): {e}", file=sys.stderr)
@@ -324,6 +337,9 @@ def main():
     ap.add_argument("--decode-nk", default="1024,8192,32768,131072")
     ap.add_argument("--decode-splits", default="",
                     help="also time 10_split_kv with FLASHLADDER_SPLITS forced to each of these (the heuristic's check)")
+    ap.add_argument("--decode-settle-ms", type=float, default=100.0,
+                    help="decode sweep: launch each implementation untimed for this long before its warm-up "
+                         "(run 45 on an H100 timed the first implementation of a point up to 16%% low without it)")
     ap.add_argument("--decode-max-bytes", type=float, default=40 * 2**30,
                     help="skip decode points whose K+V exceed this many bytes (B=64, H_kv=32, Nk=131072 is 128 GiB)")
     ap.add_argument("--decode-check-max-bytes", type=float, default=512 * 2**20,
