@@ -23,7 +23,7 @@
 //    which is step 02's online-softmax update (rescale by e^{old max − new max}, add) applied to whole
 //    key chunks instead of one key: the same merge, across thread blocks. With S = 1 the block writes
 //    O and L itself and the merge kernel is not launched (no workspace).
-//    S comes from splits() below (a wave-filling heuristic) or the environment variable
+//    S comes from splits() below (enough blocks for one per SM) or the environment variable
 //    FLASHLADDER_SPLITS (the benchmark sweeps it).
 // 3. Warps split the keys, not the rows (there are only 16 rows). Each of the 4 warps owns every 4th
 //    tile of B_w = 16 keys of the block's chunk, and has its OWN ring of kStages K/V tiles in shared
@@ -463,10 +463,12 @@ int64_t keys_visited(const Problem& p) {
 //    asks for more, at least max(256, 32·rows) keys per split: a split costs a fixed prologue (Q, the
 //    ring filling) and a partial of rows·d·4 bytes written and read again, 2·rows/keys of the K/V
 //    bytes; 32·rows keeps that under 7%.
-//  - Within that, waves: the launch has B·H_kv·T_r·S blocks for sms·blocks_per_sm slots; the last
-//    wave is a fraction of a full one, e(S) = waves / ⌈waves⌉. Take the smallest S whose e(S) is
-//    within 90% of the best: more splits only when they fill the machine better (FlashAttention-2's
-//    num_splits_heuristic reasons the same way, with 85%).
+//  - Within that, enough blocks to give 90% of the SMs one each: the smallest S with
+//    B·H_kv·T_r·S ≥ 0.9·SMs, and no split once the grid has that many (FlashAttention-2's
+//    num_splits_heuristic stops at 80%). A block here keeps 64 KiB of K and V in flight, and one per SM
+//    already streams at the copy's rate: run 46 (H100, --decode-splits) found S = 16, 4 and 1 fastest for
+//    8, 32 and 128 unsplit blocks. The first rule, which filled every block slot (2 per SM) to the last
+//    wave, took S = 29–30, 8 and 2 there: up to 16% slower (README.md, "How many splits").
 int splits(const Problem& p) {
   const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, B_r);
   const int64_t keys = keys_visited(p);
@@ -478,16 +480,9 @@ int splits(const Problem& p) {
   const int64_t rows = std::min<int64_t>(M, B_r);
   const int64_t s_max = std::min(cap, keys / std::max<int64_t>(256, 32 * rows));
   if (s_max <= 1) return 1;
-  const double blocks = double(p.B * p.H_kv * T_r), slots = double(f.sms) * f.blocks_per_sm;
-  auto efficiency = [&](int64_t S) {
-    const double waves = blocks * double(S) / slots;
-    return waves / std::ceil(waves);
-  };
-  double best = 0;
-  for (int64_t S = 1; S <= s_max; ++S) best = std::max(best, efficiency(S));
-  for (int64_t S = 1; S <= s_max; ++S)
-    if (efficiency(S) >= 0.9 * best) return int(S);
-  return 1;
+  const double blocks = double(p.B * p.H_kv * T_r), target = 0.9 * double(f.sms);
+  if (blocks >= target) return 1;
+  return int(std::min<int64_t>(s_max, int64_t(std::ceil(target / blocks))));
 }
 
 size_t workspace_bytes(const Problem& p) {
