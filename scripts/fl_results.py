@@ -103,6 +103,28 @@ def parse_ladder(root: str) -> list[Step]:
     return steps
 
 
+def read_jsonl(path: str, refuse):
+    """(where, record) for each non-blank line of a JSON-lines file, where = "path:line". A file that
+    cannot be read, a line that is not JSON or not a JSON object goes to refuse(message), which must
+    not return (the table scripts exit there, naming the place)."""
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as e:
+        refuse(f"cannot read {path}: {e.strerror}")
+    with f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{n}"
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                refuse(f"{where}: not a JSON record: {e}")
+            if not isinstance(r, dict):
+                refuse(f"{where}: not a JSON object")
+            yield where, r
+
+
 def load_records(root: str) -> list[dict]:
     """Every record of docs/results/*.jsonl, files in name order, lines in file order. A line that is
     not a JSON object is an error that names the file and line (tables are never made from guesses)."""

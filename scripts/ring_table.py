@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import math
 import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fl_results as flr  # noqa: E402  (read_jsonl: the records, refused with their place)
 
 IMPL = "11_ring_attention"
 BEGIN, END = "<!-- fl:ring -->", "<!-- /fl:ring -->"
@@ -86,31 +88,17 @@ def problem(r: dict) -> str | None:
 def load(paths: list[str]) -> list[dict]:
     out, seen = [], {}
     for path in paths:
-        try:
-            f = open(path, encoding="utf-8")
-        except OSError as e:
-            refuse(f"cannot read {path}: {e.strerror}")
-        with f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                where = f"{path}:{n}"
-                try:
-                    r = json.loads(line)
-                except json.JSONDecodeError as e:
-                    refuse(f"{where}: not a JSON record: {e}")
-                if not isinstance(r, dict):
-                    refuse(f"{where}: not a JSON object")
-                if r.get("impl") != IMPL:
-                    continue
-                why = problem(r)
-                if why:
-                    refuse(f"{where}: {why}")
-                k = tuple(r[f] for f in KEY)
-                if k in seen:
-                    refuse(f"{where}: the same point as {seen[k]} ({point(r)}): keep one of the two records")
-                seen[k] = where
-                out.append(r)
+        for where, r in flr.read_jsonl(path, refuse):
+            if r.get("impl") != IMPL:
+                continue
+            why = problem(r)
+            if why:
+                refuse(f"{where}: {why}")
+            k = tuple(r[f] for f in KEY)
+            if k in seen:
+                refuse(f"{where}: the same point as {seen[k]} ({point(r)}): keep one of the two records")
+            seen[k] = where
+            out.append(r)
     return out
 
 

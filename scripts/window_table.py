@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
 import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fl_results as flr  # noqa: E402  (read_jsonl: the records, refused with their place)
 
 BAR = 3.0
 NOTE = "<!-- Written by scripts/window_table.py from the records named below; run it, do not edit. -->"
@@ -132,33 +134,19 @@ def mode_name(mode: tuple[int, int]) -> str:
 def load(path: str) -> tuple[list[dict], int]:
     """One file's records of the modes, each with its place ("_at"); and how many lines were left out."""
     recs, seen, other = [], {}, 0
-    try:
-        f = open(path, encoding="utf-8")
-    except OSError as e:
-        refuse(f"cannot read {path}: {e.strerror}")
-    with f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as e:
-                refuse(f"{where}: not a JSON record: {e}")
-            if not isinstance(r, dict):
-                refuse(f"{where}: not a JSON object")
-            if any(r.get(v) not in (None, False) for v in OTHER_VARIANTS):
-                other += 1
-                continue
-            why = problem(r)
-            if why:
-                refuse(f"{where}: {why}")
-            k = (r["impl"], r["pass"], mode_of(r)) + tuple(r[f] for f in SHAPE)
-            if k in seen:
-                refuse(f"{where}: the same point as {seen[k]} ({describe(r)}): keep one of the two records")
-            seen[k] = where
-            r["_at"] = where
-            recs.append(r)
+    for where, r in flr.read_jsonl(path, refuse):
+        if any(r.get(v) not in (None, False) for v in OTHER_VARIANTS):
+            other += 1
+            continue
+        why = problem(r)
+        if why:
+            refuse(f"{where}: {why}")
+        k = (r["impl"], r["pass"], mode_of(r)) + tuple(r[f] for f in SHAPE)
+        if k in seen:
+            refuse(f"{where}: the same point as {seen[k]} ({describe(r)}): keep one of the two records")
+        seen[k] = where
+        r["_at"] = where
+        recs.append(r)
     windowed = {tuple(r[f] for f in SHAPE) for r in recs if mode_of(r) not in (FULL, CAUSAL)}
     kept = [r for r in recs if tuple(r[f] for f in SHAPE) in windowed]
     return kept, other + len(recs) - len(kept)
