@@ -30,6 +30,7 @@ import argparse
 import difflib
 import math
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -184,6 +185,7 @@ def block(paths: list[str], recs: list[dict]) -> str:
             out.append(f"| {n_cell(r)} | {causal} | {r['layout']} | " + " | ".join(cells) +
                        f" | {verdict} | {imb:.3f} | {bcell} |")
     out += overlap(twos, n_cell)
+    out += scaling(recs)
     total = met + len(missed)
     line = f"**Summary:** {met} of {total} points meet the time bar (2-GPU ≤ {TIME_BAR} × 1-GPU)"
     line += f"; not met: {'; '.join(missed)}" if missed else ""
@@ -193,6 +195,50 @@ def block(paths: list[str], recs: list[dict]) -> str:
                  + (f"; not: {'; '.join(off)}" if off else ""))
     out += ["", line + "."]
     return "\n".join(out)
+
+
+def scaling(recs: list[dict]) -> list[str]:
+    """README's "How it scales" with its two inputs taken from these records: W, the link's rate while the
+    first ring step computes (a step's K|V bytes over step 0's transfer time, each rank of each 2-GPU run,
+    the median at the largest message), and F, the local step's rate on one GPU (non-causal, the longest
+    N). A rank's slice hides its transfer while N/G is at least (H_kv/H)·F/W positions (forward; twice that
+    for the causal zigzag, whose steps carry half the work; the backward: 1.2× (H_kv/H)·F_b/W, its 2.5× the
+    work against 3× the bytes)."""
+    rates = {}
+    for r in recs:
+        b = r.get("kv_bytes_per_step")
+        if r["gpus"] != 2 or not number(b) or b == 0:
+            continue
+        for rank in range(2):
+            x = r["step_transfer_ms"][rank][0]
+            if x > 0:
+                rates.setdefault(b, []).append(b / (x * 1e-3))
+    ones = [r for r in recs if r["gpus"] == 1 and not r["causal"]]
+    shapes = {(r["H"], r["H_kv"]) for r in recs}
+    if not rates or not ones or len(shapes) != 1:
+        return []
+    (h, hkv), = shapes
+    n1 = max(r["Nq"] for r in ones)
+    rate = {r["pass"]: r for r in ones if r["Nq"] == n1 and number(r.get("tflops"))}
+    if set(rate) != {"fwd", "bwd"}:
+        return []
+    big = max(rates)
+    w = statistics.median(rates[big])
+    f_f, f_b = rate["fwd"]["tflops"] * 1e12, rate["bwd"]["tflops"] * 1e12
+    pos = {"non-causal forward": hkv / h * f_f / w, "causal forward (zigzag)": 2 * hkv / h * f_f / w,
+           "non-causal backward": 1.2 * hkv / h * f_b / w, "causal backward (zigzag)": 2.4 * hkv / h * f_b / w}
+    out = ["", "**How far this link hides the transfer** (README's \"How it scales\", inputs from these records). "
+           "W, the link while step 0 computes: " + "; ".join(
+               f"{statistics.median(v) / 1e9:.0f} GB/s with {k / 2**20:.0f} MiB steps ({len(v)} transfers)"
+               for k, v in sorted(rates.items())) + f"; the {big / 2**20:.0f} MiB figure is used. F, one GPU at "
+           f"N = {n1}: {rate['fwd']['tflops']:.0f} TFLOP/s forward, {rate['bwd']['tflops']:.0f} backward. A rank's "
+           "slice must hold at least this many positions, and G = N / that many is where the link stops hiding:",
+           "", "| pass | positions per rank | " + " | ".join(f"G at N = {n}" for n in sorted({r['Nq'] for r in recs}))
+           + " |", "|---|--:|" + "--:|" * len({r['Nq'] for r in recs})]
+    for name, p in pos.items():
+        out.append(f"| {name} | {p:.0f} | " + " | ".join(f"{n / p:.0f}" for n in sorted({r['Nq'] for r in recs}))
+                   + " |")
+    return out
 
 
 def overlap(twos: list[dict], n_cell) -> list[str]:

@@ -70,6 +70,27 @@ class RingTable(unittest.TestCase):
                       "zigzag (1.120).", t)
         self.assertNotIn("08i", t)
 
+    def test_scaling_from_the_records(self):
+        # W: 2^27 bytes in 0.5 ms = 268.4 GB/s (both ranks of both 2-GPU runs); F: 600 and 500 TFLOP/s on one
+        # GPU. Positions: 600e12 / 268.4e9 = 2235 (forward), twice that causal; 1.2 · 500e12 / 268.4e9 = 2235
+        # (backward), twice that causal; G at N = 4096: 4096 / 2235 = 2 and 4096 / 4470 = 1.
+        x = {"kv_bytes_per_step": 2 ** 27, "step_transfer_ms": [[0.5, 0.0], [0.5, 0.0]]}
+        xb = {"kv_bytes_per_step": 2 ** 27, "step_transfer_ms": [[0.5, 0.5, 0.5], [0.5, 0.5, 0.5]]}
+        recs = [rec("fwd", 4096, False, 1, "contiguous", 10.0, tflops=600.0),
+                rec("bwd", 4096, False, 1, "contiguous", 25.0, tflops=500.0),
+                rec("fwd", 4096, False, 2, "contiguous", 5.0, **x), rec("bwd", 4096, False, 2, "contiguous", 13.0, **xb)]
+        out = self.run_script(self.write("s.jsonl", recs))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        t = out.stdout
+        self.assertIn("W, the link while step 0 computes: 268 GB/s with 128 MiB steps (4 transfers)", t)
+        self.assertIn("F, one GPU at N = 4096: 600 TFLOP/s forward, 500 backward", t)
+        self.assertIn("| non-causal forward | 2235 | 2 |", t)
+        self.assertIn("| causal forward (zigzag) | 4470 | 1 |", t)
+        self.assertIn("| non-causal backward | 2235 | 2 |", t)
+        # Without the bytes of a step there is no W, and no such table.
+        out = self.run_script(self.write("g.jsonl", GOOD))
+        self.assertNotIn("How far this link hides", out.stdout)
+
     def test_missing_baseline(self):
         out = self.run_script(self.write("r.jsonl", [rec("bwd", 2048, True, 2, "zigzag", 4.0)]))
         self.assertEqual(out.returncode, 0, out.stderr)
