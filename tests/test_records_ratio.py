@@ -2,14 +2,14 @@
 """flashladder — tests/test_records_ratio.py: scripts/records_ratio.py on made-up records: a step B that
 is 10% slower than A at one point and equal at another, A's own run-to-run ratios, a variant record and a
 gemm record left out, the before/after mode, and a malformed file refused with its line number."""
-import json
 import os
-import subprocess
 import sys
-import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from records_case import RecordsScriptCase  # noqa: E402
+
 SCRIPT = os.path.join(HERE, "..", "scripts", "records_ratio.py")
 
 
@@ -20,19 +20,8 @@ def rec(impl, n, tf, **kw):
     return r
 
 
-class RecordsRatio(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp()
-
-    def write(self, name, recs):
-        p = os.path.join(self.dir, name)
-        with open(p, "w") as f:
-            for r in recs:
-                f.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
-        return p
-
-    def run_script(self, *args):
-        return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
+class RecordsRatio(RecordsScriptCase):
+    SCRIPT = SCRIPT
 
     def test_pair_ratios_and_noise(self):
         r1 = self.write("r1.jsonl", [rec("A", 1024, 100), rec("B", 1024, 90), rec("A", 2048, 200), rec("B", 2048, 200),

@@ -5,14 +5,14 @@ shown for contrast and not judged, a point without a 1-GPU record, the per-step 
 final hop as a transfer only), refusals of a malformed line, a record lacking a field and a duplicate
 point (each naming its line), and the README block: --readme fills it, --check compares, no markers is
 refused."""
-import json
 import os
-import subprocess
 import sys
-import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from records_case import RecordsScriptCase  # noqa: E402
+
 SCRIPT = os.path.join(HERE, "..", "scripts", "ring_table.py")
 
 
@@ -36,19 +36,8 @@ GOOD = [rec("fwd", 1024, False, 1, "contiguous", 10.0), rec("fwd", 1024, False, 
         {"impl": "08i_pingpong", "pass": "fwd", "tflops": 600}]
 
 
-class RingTable(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp()
-
-    def write(self, name, recs):
-        p = os.path.join(self.dir, name)
-        with open(p, "w") as f:
-            for r in recs:
-                f.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
-        return p
-
-    def run_script(self, *args):
-        return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
+class RingTable(RecordsScriptCase):
+    SCRIPT = SCRIPT
 
     def test_ratio_efficiency_and_bars(self):
         out = self.run_script(self.write("r.jsonl", GOOD))

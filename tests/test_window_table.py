@@ -6,14 +6,14 @@ against full separately, a missing full record, the cost ∝ w line, the summary
 with the bound computed, the records kept (a problem without a window and another variant left out),
 and refusals of a malformed line, a wrong field and a duplicate point (naming both lines)."""
 import itertools
-import json
 import os
-import subprocess
 import sys
-import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from records_case import RecordsScriptCase  # noqa: E402
+
 SCRIPT = os.path.join(HERE, "..", "scripts", "window_table.py")
 sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
 import window_table as wt  # noqa: E402
@@ -81,19 +81,8 @@ class Pairs(unittest.TestCase):
         self.assertEqual(wt.ratio_text(3.0), "3.00")
 
 
-class WindowTable(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp()
-
-    def write(self, name, recs):
-        p = os.path.join(self.dir, name)
-        with open(p, "w") as f:
-            for r in recs:
-                f.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
-        return p
-
-    def run_script(self, *args):
-        return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
+class WindowTable(RecordsScriptCase):
+    SCRIPT = SCRIPT
 
     def test_table_bars_and_summary(self):
         out = self.run_script(self.write("r.jsonl", GOOD), "--note", "A note for the header.")
