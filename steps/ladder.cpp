@@ -34,6 +34,7 @@ FL_GPU_STEP(s09b)
 FL_GPU_STEP(s09c)
 FL_GPU_STEP(s09d)
 FL_GPU_STEP(s09e)
+FL_GPU_STEP(s09f)
 FL_GPU_STEP(s10)
 #define FL_GPU(x) (&(x))
 
@@ -128,6 +129,11 @@ const std::vector<Step>& ladder() {
        "fewer instructions per wgmma: descriptors from one warp-uniform base in uniform registers, the mask once per "
        "tile instead of at every element",
        Where::gpu, true, kGpuTypes, WgmmaBwdD::list(), FL_GPU(s09e::impl), "09d", Arch::sm90a,
+       /*deterministic_backward=*/true, kWindow | kSoftcap | kAlibi | kVarlen | kSeqused},
+      {"09f", "09f_dq_writer",
+       "the dQ add off the consumers' path: a dQ writer warp takes the bulk adds and the deterministic turns, dQ_s "
+       "in one half per consumer, dS double-buffered: the consumers meet once per iteration instead of twice",
+       Where::gpu, true, kGpuTypes, WgmmaBwdD::list(), FL_GPU(s09f::impl), "09e", Arch::sm90a,
        /*deterministic_backward=*/true, kWindow | kSoftcap | kAlibi | kVarlen | kSeqused},
       {"10", "10_split_kv",
        "split-KV decoding: the keys split across thread blocks too, partials merged by the logsumexp rule; GQA heads packed into one tile",
