@@ -186,7 +186,7 @@ def main():
                     help="records of scripts/compare_torch.py (the FA2 sweep); again for each repetition")
     ap.add_argument("--decode", help="records of scripts/compare_torch.py --sweeps decode")
     ap.add_argument("--fwd", default="08k_persistent")
-    ap.add_argument("--bwd", default="09e_instruction_budget")
+    ap.add_argument("--bwd", default="09f_dq_writer")
     ap.add_argument("--out", help="write the Markdown here (default: print)")
     a = ap.parse_args()
     if not a.torch and not a.decode:

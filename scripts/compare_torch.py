@@ -317,9 +317,9 @@ def main():
     ap.add_argument("--fwd-step", default="08i_pingpong,08j_variants,08k_persistent",
                     help="our forward steps to compare, comma-separated (--fwd-step= for none: a backward-only run); "
                          "the ratio columns are the last one's")
-    ap.add_argument("--bwd-deterministic", default="09d_variants,09e_instruction_budget",
+    ap.add_argument("--bwd-deterministic", default="09e_instruction_budget,09f_dq_writer",
                     help="backward steps also timed in their deterministic mode (records: impl STEP+deterministic)")
-    ap.add_argument("--bwd-step", default="09c_tma_warpspec,09d_variants,09e_instruction_budget",
+    ap.add_argument("--bwd-step", default="09d_variants,09e_instruction_budget,09f_dq_writer",
                     help="our backward steps to compare, comma-separated ('' to skip); the ratio column is the last one's")
     ap.add_argument("--json", default="", help="append JSON records here")
     ap.add_argument("--reps", type=int, default=30)

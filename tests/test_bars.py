@@ -26,7 +26,7 @@ def run_file(folder, name, ours_fwd, cudnn_fwd):
     with open(path, "w") as f:
         for n, o, c in zip((2048, 4096), ours_fwd, cudnn_fwd):
             for r in (rec("08k_persistent", "fwd", n, o), rec("torch_cudnn", "fwd", n, c), rec("torch_flash", "fwd", n, 300.0),
-                      rec("09e_instruction_budget", "bwd", n, 400.0), rec("torch_cudnn", "bwd", n, 420.0),
+                      rec("09f_dq_writer", "bwd", n, 400.0), rec("torch_cudnn", "bwd", n, 420.0),
                       rec("torch_flash", "bwd", n, 280.0)):
                 f.write(json.dumps(r) + "\n")
     return path
