@@ -299,7 +299,7 @@ INSTANTIATE_TEST_SUITE_P(Gpu, Varlen, ::testing::ValuesIn(varlen_params()),
                                   (i.param.grid.empty() ? "" : "_G" + i.param.grid);
                          });
 
-// The cases are well formed, and some GPU step runs them (08j, 08k, and 09d's and 09e's backward), in a build
+// The cases are well formed, and some GPU step runs them (08j, 08k, and 09d's, 09e's and 09f's backward), in a build
 // with the GPU steps.
 TEST(Varlen, CasesAreValidAndSomeStepRunsThem) {
   for (const VarlenCase& c : varlen_cases()) {
@@ -316,7 +316,7 @@ TEST(Varlen, CasesAreValidAndSomeStepRunsThem) {
   }
 }
 
-// The last rungs list them (08j and 08k forward, 09d and 09e forward and backward); every other GPU step refuses
+// The last rungs list them (08j and 08k forward, 09d, 09e and 09f forward and backward); every other GPU step refuses
 // variable length and seqused_k with the reason (step 10 lists seqused_k alone).
 TEST(Varlen, OtherStepsRefuseItWithTheReason) {
   for (const VarlenCase& c : varlen_cases()) {
@@ -332,7 +332,7 @@ TEST(Varlen, OtherStepsRefuseItWithTheReason) {
           << s.folder << ": " << why;
     }
   }
-  for (const char* number : {"08j", "08k", "09d", "09e"}) {
+  for (const char* number : {"08j", "08k", "09d", "09e", "09f"}) {
     const Step* s = find_step(number);
     ASSERT_NE(s, nullptr);
     EXPECT_EQ(s->variants & (kVarlen | kSeqused), unsigned(kVarlen | kSeqused)) << s->folder;

@@ -266,18 +266,9 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
   // follow each other one bulk add apart; upward, block j's first Q block (i_first(j), near the
   // diagonal) would wait for blocks 0 … j − 1 to work up to it: 110 against 236 TFLOP/s at N = 2048,
   // d = 64, causal (H200, docs/results/2026-11-23-h200-09c-first.md).
-  // Without the deterministic mode, column block j starts its walk j steps further on (wrapping), so
-  // that the blocks in flight add into different Q blocks. Without it (run 48, H100, fp16, non-causal,
-  // N = 16384, B = 1, H = 16): the 128 column blocks of one head start together at T_r − 1, run the
-  // same length and stay in step, 128 bulk adds into one Q block's 32 KiB at a time; 09f ran at 444–446
-  // TFLOP/s against 09e's 491–496 at d = 128 (396 against 438 at d = 64), and its own deterministic
-  // mode, whose turns space the blocks out, at 482–485. (09e's consumers, held by the add's thread,
-  // drifted apart; 09f's, which no longer wait for it, stay in step.)
-  const int rot = n.deterministic || n_iter == 0 ? 0 : j % n_iter;
   auto q_block = [&](int it, int& h, int& i) {
-    const int k = it + rot < n_iter ? it + rot : it + rot - n_iter;  // the walk's k-th (head, Q block)
-    h = h_kv * n.group + k / n_i;
-    i = ((kV & kWindow) != 0 ? i_last : T_r - 1) - k % n_i;  // (09c: T_r − 1)
+    h = h_kv * n.group + it / n_i;
+    i = ((kV & kWindow) != 0 ? i_last : T_r - 1) - it % n_i;  // (09c: T_r − 1)
   };
 
   if (threadIdx.x == 0) {
