@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -346,7 +347,7 @@ void print_timing(const char* pass, const Plan& P, const RankReport* rep, bool b
   std::cout << std::left << std::setw(6) << "rank" << std::right << std::setw(11) << "total" << std::setw(11) << "busy";
   std::vector<int> w;
   for (const std::string& l : x.labels) {
-    const std::string head = (bwd && G > 1 ? l : "step " + l) + " comp/xfer";
+    const std::string head = (std::isdigit(static_cast<unsigned char>(l[0])) ? "step " + l : l) + " comp/xfer";
     w.push_back(std::max(20, int(head.size()) + 2));
     std::cout << std::setw(w.back()) << head;
   }
