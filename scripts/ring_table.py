@@ -278,8 +278,8 @@ def overlap(twos: list[dict], n_cell) -> list[str]:
                    "diagonals; contiguous: none); steps 1 … G − 1 are the pairs with the travelling K, V (step 1 "
                    "starts the dK, dV sum of its origin and receives none; a later step's compute includes any wait "
                    "for the incoming sum); \"own keys, part B\" is the rest of the own pairs, beside the final hop "
-                   "of the dK, dV sums to their owner, and its compute includes any wait for that hop and the pass "
-                   "that writes dK, dV.")
+                   "of the dK, dV sums to their owner, hidden while shorter than its compute (its pairs; the pass that "
+                   "writes dK, dV once the hop is in is in no row).")
         if old:
             caption += (" Backward records without named rows (the order before, own keys first): the last row is "
                         "the final hop, a transfer with no compute beside it.")

@@ -57,7 +57,7 @@ struct Pair {
 // Why B is the larger part when the own pairs do not split (contiguous: one pair): the hop beside A
 // moves K|V in the storage type, 2 tensors × 2 bytes = 4 bytes per element of the rank's K; the hop
 // beside B moves the dK|dV sums in fp32, 2 × 4 = 8 bytes per element: at N = 32768, H 16, d 128 on 2
-// GPUs 134 MB against 268 MB (runs 39–40 measured 0.695 ms for that K|V and 0.93–1.04 ms for that final
+// GPUs 134 MB against 268 MB (runs 39–40 measured 0.695 ms for that K|V and 0.932–1.037 ms for that final
 // hop, non-causal contiguous). A part with no pairs leaves its hop unhidden, so it is the smaller hop.
 enum class DkvRole {
   local,   // a ring of one: the pairs' dK, dV are this rank's dK, dV

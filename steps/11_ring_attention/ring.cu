@@ -578,6 +578,9 @@ struct Rank {
           }
           if (!dk_direct) ++pending_k[size_t(j)];
         }
+        // Part B's compute, as timed, is its pairs: what the final hop runs beside. The wait for the hop
+        // and the pass after it belong to no phase (as the conversion after the hop did before).
+        if (ph.dkv == DkvRole::finish) FL_CUDA(cudaEventRecord(comp_end[size_t(k)], cs));
         // This phase's dK, dV: where they go depends on its role (plan.hpp's DkvRole).
         if (ph.dkv == DkvRole::add || ph.dkv == DkvRole::finish)
           FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(k)], 0));  // the sum arrived beside this phase
@@ -635,7 +638,7 @@ struct Rank {
             }
           }
         }
-        FL_CUDA(cudaEventRecord(comp_end[size_t(k)], cs));
+        if (ph.dkv != DkvRole::finish) FL_CUDA(cudaEventRecord(comp_end[size_t(k)], cs));
       }
       for (int i = 0; i < S; ++i) {
         if (pairs_q[size_t(i)] > 0) continue;  // written by the step or by the slot's last sum
@@ -744,8 +747,8 @@ struct Rank {
 
   // ---- Timing ------------------------------------------------------------------------------------
   // The backward's entries are its phases (plan.hpp): own keys part A, steps 1 … G − 1, own keys part
-  // B (whose compute includes the wait for the final hop and the pass that writes dK, dV); a phase
-  // whose transfer moves nothing (G = 2: step 1) has no transfer entry (0).
+  // B (its compute is its pairs, which the final hop runs beside; the pass after the hop is in no
+  // entry); a phase whose transfer moves nothing (G = 2: step 1) has no transfer entry (0).
   void time(bool backward, Timing* rep) {
     const int steps = backward ? int(bphases.size()) : G;
     auto moved = [&](int s) { return backward ? bphases[size_t(s)].moves() : G > 1 && s < G - 1; };

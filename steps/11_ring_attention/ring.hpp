@@ -22,7 +22,8 @@ constexpr int kUniqueIdBytes = 128;     // NCCL_UNIQUE_ID_BYTES (ring.cu checks 
 /// own stream, from the moment the stream may start it: a wait for the peer counts as transfer; 0 where
 /// nothing moves). The forward's entries are its ring steps 0 … G − 1; the backward's are its phases
 /// (plan.hpp's Phase: one for G = 1, else G + 1: own keys part A, ring steps 1 … G − 1, own keys part
-/// B beside the final hop of the dK, dV sums).
+/// B beside the final hop of the dK, dV sums; part B's compute is its pairs only, so the hop hides while
+/// it is shorter, and the pass that writes dK, dV after the hop is in no entry).
 struct Timing {
   int reps = 0;
   double total_median = 0, total_min = 0, total_p90 = 0, busy_median = 0;
