@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -297,20 +298,70 @@ std::vector<int64_t> edge_rows(const Plan& P, int64_t heads) {
   return flat;
 }
 
+// The timed entries of a pass, the same on every rank: the forward's ring steps 0 … G − 1, the
+// backward's phases (plan.hpp: own keys part A, steps 1 … G − 1, own keys part B), with what the
+// transfer beside each moves ("" : nothing).
+struct Entries {
+  std::vector<std::string> labels, moves;
+};
+Entries entries(const Plan& P, bool bwd) {
+  Entries x;
+  if (bwd) {
+    const std::vector<ring::Phase> ph = P.backward_phases(0);
+    for (size_t k = 0; k < ph.size(); ++k) {
+      x.labels.push_back(P.backward_phase_label(int(k)));
+      x.moves.push_back(Plan::moves_text(ph[k]));
+    }
+  } else {
+    for (int s = 0; s < P.G; ++s) {
+      x.labels.push_back(std::to_string(s));
+      x.moves.push_back(P.G > 1 && s < P.G - 1 ? "K|V" : "");
+    }
+  }
+  return x;
+}
+
+// A rank that timed other entries than the plan names would make every table below wrong.
+void check_entries(const Plan& P, const RankReport* rep, bool bwd) {
+  const size_t n = entries(P, bwd).labels.size();
+  for (int r = 0; r < P.G; ++r) {
+    const Timing& t = bwd ? rep[r].bwd : rep[r].fwd;
+    if (size_t(t.steps) != n)
+      throw Error("rank " + std::to_string(r) + " timed " + std::to_string(t.steps) + " entries of the " +
+                  (bwd ? "backward" : "forward") + "; the plan has " + std::to_string(n));
+  }
+}
+
 void print_timing(const char* pass, const Plan& P, const RankReport* rep, bool bwd) {
   const int G = P.G;
+  const Entries x = entries(P, bwd);
   std::cout << "\n" << pass << ": per rank, ms (medians of " << (bwd ? rep[0].bwd.reps : rep[0].fwd.reps)
             << "; transfer = the NCCL group of the step on its stream, a wait for the peer included)\n";
+  if (bwd && G > 1) {
+    // The backward's order, "own keys last": which transfer runs beside which compute.
+    std::cout << "beside each entry's compute:";
+    for (size_t k = 0; k < x.labels.size(); ++k)
+      std::cout << (k ? "; " : " ") << x.labels[k] << ": " << (x.moves[k].empty() ? "nothing moves" : x.moves[k]);
+    std::cout << "\n";
+  }
   std::cout << std::left << std::setw(6) << "rank" << std::right << std::setw(11) << "total" << std::setw(11) << "busy";
-  const int steps = (bwd ? rep[0].bwd : rep[0].fwd).steps;
-  for (int s = 0; s < steps; ++s) std::cout << std::setw(20) << ("step " + std::to_string(s) + " comp/xfer");
+  std::vector<int> w;
+  for (const std::string& l : x.labels) {
+    const std::string head = (std::isdigit(static_cast<unsigned char>(l[0])) ? "step " + l : l) + " comp/xfer";
+    w.push_back(std::max(20, int(head.size()) + 2));
+    std::cout << std::setw(w.back()) << head;
+  }
   std::cout << "\n";
   for (int r = 0; r < G; ++r) {
     const Timing& t = bwd ? rep[r].bwd : rep[r].fwd;
     std::cout << std::left << std::setw(6) << r << std::right << std::setw(11) << fmt(t.total_median, 3) << std::setw(11)
               << fmt(t.busy_median, 3);
-    for (int s = 0; s < t.steps; ++s)
-      std::cout << std::setw(20) << (fmt(t.compute_ms[s], 3) + " / " + fmt(t.transfer_ms[s], 3));
+    for (int s = 0; s < t.steps; ++s) {
+      // The backward shows "—" where nothing moves; the forward's table stays as it was (0 after its last step).
+      const bool none = bwd && x.moves[size_t(s)].empty();
+      std::cout << std::setw(w[size_t(s)] + (none ? 2 : 0))  // "—" is 3 bytes in one column
+                << (fmt(t.compute_ms[s], 3) + " / " + (none ? "—" : fmt(t.transfer_ms[s], 3)));
+    }
     std::cout << "\n";
   }
 }
@@ -472,6 +523,8 @@ int run_ring(const RingOptions& o) {
   }
 
   if (o.reps > 0) {
+    check_entries(plan, reports, false);
+    if (o.backward) check_entries(plan, reports, true);
     print_timing("forward", plan, reports, false);
     if (o.backward) print_timing("backward", plan, reports, true);
     RecordFile json(o.json);  // every record flushed and checked: lost records end the run (exit 2)
@@ -515,6 +568,11 @@ int run_ring(const RingOptions& o) {
       rec["step_compute_ms"] = comp;
       rec["step_transfer_ms"] = xfer;
       rec["step_pairs"] = pairs;
+      // What each entry is and what moves beside it (the backward: own keys part A, steps 1 … G − 1,
+      // own keys part B beside the final hop of the dK, dV sums), so that the tables need not guess.
+      const Entries names = entries(plan, bwd);
+      rec["step_labels"] = names.labels;
+      rec["step_moves"] = names.moves;
       rec["kv_bytes_per_step"] = 2 * int64_t(dtype_bytes(p.dtype)) * plan.kv_elems(0);
       rec["check"] = check;
       rec["pass_check"] = checking ? nlohmann::json(pass) : nlohmann::json(nullptr);

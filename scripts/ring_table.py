@@ -17,8 +17,11 @@ without causal and the zigzag layout with it; a causal contiguous run is shown f
 judged. The 1-GPU baseline is the gpus 1 contiguous record of the same point; without one the row says
 "no 1-GPU record" and counts as not met. Below the bars, per ring step of every 2-GPU run, each rank's
 compute and transfer (`step_compute_ms`, `step_transfer_ms`: the transfer runs on its own stream beside
-the compute, and is hidden while shorter); the backward's last step is the final hop of dK, dV to their
-owner, a transfer with no compute beside it.
+the compute, and is hidden while shorter). Records that name their rows (`step_labels`, and
+`step_moves`: what the transfer beside each row moves, "" for nothing) are shown by those names: the
+backward's order "own keys last" (own keys part A, steps 1 … G − 1, own keys part B beside the final
+hop of dK, dV to their owner). Records without them (runs 39–40) are read as the order before it: ring
+steps 0 … G − 1, and the backward's last row the final hop, a transfer with no compute beside it.
 
 Refused (exit 2, naming the file and line): a line that is not a JSON object, a ring record lacking a
 field the tables need or holding a wrong one, and two records of the same point (pass, N, causal, gpus,
@@ -77,13 +80,25 @@ def problem(r: dict) -> str | None:
     busy = r["rank_busy_ms"]
     if not isinstance(busy, list) or len(busy) != g or not all(number(x) for x in busy) or min(busy) == 0:
         return f"rank_busy_ms must hold {g} positive numbers (one per rank)"
-    steps = g + 1 if r["pass"] == "bwd" and g > 1 else g  # the backward's final hop of dK, dV
+    steps = g + 1 if r["pass"] == "bwd" and g > 1 else g  # the backward's final hop (or part B) of dK, dV
     for f in ("step_compute_ms", "step_transfer_ms", "step_pairs"):
         v = r[f]
         if not (isinstance(v, list) and len(v) == g and all(isinstance(s, list) and len(s) == steps and
                                                             all(number(x) for x in s) for s in v)):
             return f"{f} must be {g} lists (one per rank) of {steps} numbers (one per ring step)"
+    if ("step_labels" in r) != ("step_moves" in r):
+        return "step_labels and step_moves go together: a record has both or neither"
+    for f in ("step_labels", "step_moves"):
+        v = r.get(f, [])
+        if f in r and not (isinstance(v, list) and len(v) == steps and all(isinstance(x, str) for x in v)):
+            return f"{f} must be {steps} strings (one per ring step)"
     return None
+
+
+def named(r: dict) -> bool:
+    """Whether the record names its rows (step_labels, step_moves; `flashladder ring` since the order
+    "own keys last"); the records of runs 39–40 do not."""
+    return "step_labels" in r
 
 
 def load(paths: list[str]) -> list[dict]:
@@ -199,8 +214,9 @@ def block(paths: list[str], recs: list[dict]) -> str:
 
 def scaling(recs: list[dict]) -> list[str]:
     """README's "How it scales" with its two inputs taken from these records: W, the link's rate while the
-    first ring step computes (a step's K|V bytes over step 0's transfer time, each rank of each 2-GPU run,
-    the median at the largest message), and F, the local step's rate on one GPU (non-causal, the longest
+    first ring step computes (a step's K|V bytes over step 0's transfer time, each rank of each 2-GPU run
+    that computed a pair beside it, the median at the largest message: the backward's own keys part A
+    is empty on a contiguous ring, and its transfer then runs with nothing beside it), and F, the local step's rate on one GPU (non-causal, the longest
     N). A rank's slice hides its transfer while N/G is at least (H_kv/H)·F/W positions (forward; twice that
     for the causal zigzag, whose steps carry half the work; the backward: 1.2× (H_kv/H)·F_b/W, its 2.5× the
     work against 3× the bytes)."""
@@ -211,7 +227,7 @@ def scaling(recs: list[dict]) -> list[str]:
             continue
         for rank in range(2):
             x = r["step_transfer_ms"][rank][0]
-            if x > 0:
+            if x > 0 and r["step_pairs"][rank][0] > 0:
                 rates.setdefault(b, []).append(b / (x * 1e-3))
     ones = [r for r in recs if r["gpus"] == 1 and not r["causal"]]
     shapes = {(r["H"], r["H_kv"]) for r in recs}
@@ -227,8 +243,10 @@ def scaling(recs: list[dict]) -> list[str]:
     f_f, f_b = rate["fwd"]["tflops"] * 1e12, rate["bwd"]["tflops"] * 1e12
     pos = {"non-causal forward": hkv / h * f_f / w, "causal forward (zigzag)": 2 * hkv / h * f_f / w,
            "non-causal backward": 1.2 * hkv / h * f_b / w, "causal backward (zigzag)": 2.4 * hkv / h * f_b / w}
+    first = ("the first row (forward step 0, backward own keys part A) computes" if any(named(r) for r in recs)
+             else "step 0 computes")
     out = ["", "**How far this link hides the transfer** (README's \"How it scales\", inputs from these records). "
-           "W, the link while step 0 computes: " + "; ".join(
+           f"W, the link while {first}: " + "; ".join(
                f"{statistics.median(v) / 1e9:.0f} GB/s with {k / 2**20:.0f} MiB steps ({len(v)} transfers)"
                for k, v in sorted(rates.items())) + f"; the {big / 2**20:.0f} MiB figure is used. F, one GPU at "
            f"N = {n1}: {rate['fwd']['tflops']:.0f} TFLOP/s forward, {rate['bwd']['tflops']:.0f} backward. A rank's "
@@ -243,23 +261,44 @@ def scaling(recs: list[dict]) -> list[str]:
 
 def overlap(twos: list[dict], n_cell) -> list[str]:
     """Per ring step of each 2-GPU run: every rank's compute and transfer, in ms."""
-    out = ["", "**Per ring step, 2-GPU runs** (ms; compute / transfer of each rank. Transfer s, the step's NCCL "
-           "group on its own stream, runs beside compute s and is hidden while shorter; it includes any wait for "
-           "the peer, and a backward step's compute (s ≥ 1) any wait for the incoming dK, dV sum. The forward "
-           "sends nothing after its last step; the backward's last row is the final hop of the dK, dV sums to "
-           "their owner, a transfer with no compute beside it.)", "",
+    new = any(named(r) for r in twos if r["pass"] == "bwd")
+    old = any(not named(r) for r in twos if r["pass"] == "bwd")
+    if not new:  # the records of runs 39–40: the order before "own keys last"
+        caption = ("ms; compute / transfer of each rank. Transfer s, the step's NCCL group on its own stream, runs "
+                   "beside compute s and is hidden while shorter; it includes any wait for the peer, and a backward "
+                   "step's compute (s ≥ 1) any wait for the incoming dK, dV sum. The forward sends nothing after its "
+                   "last step; the backward's last row is the final hop of the dK, dV sums to their owner, a transfer "
+                   "with no compute beside it.")
+    else:
+        caption = ("ms; compute / transfer of each rank. A row's transfer, its NCCL group on its own stream, runs "
+                   "beside the row's compute and is hidden while shorter; it includes any wait for the peer; — : "
+                   "nothing moves beside that row. The forward sends nothing after its last step. The backward "
+                   "computes its own keys last: \"own keys, part A\" is the part of the rank's own pairs computed "
+                   "first, beside the first K|V transfer (zigzag: the two pairs of a slot with itself, with causal the "
+                   "diagonals; contiguous: none); steps 1 … G − 1 are the pairs with the travelling K, V (step 1 "
+                   "starts the dK, dV sum of its origin and receives none; a later step's compute includes any wait "
+                   "for the incoming sum); \"own keys, part B\" is the rest of the own pairs, beside the final hop "
+                   "of the dK, dV sums to their owner, hidden while shorter than its compute (its pairs; the pass that "
+                   "writes dK, dV once the hop is in is in no row).")
+        if old:
+            caption += (" Backward records without named rows (the order before, own keys first): the last row is "
+                        "the final hop, a transfer with no compute beside it.")
+    out = ["", f"**Per ring step, 2-GPU runs** ({caption})", "",
            "| pass | N | causal | layout | step | pairs | rank 0 compute / transfer | rank 1 compute / transfer |",
            "|---|--:|---|---|---|---|--:|--:|"]
     for r in sorted(twos, key=lambda r: (r["pass"] != "fwd",) + order(r)):
         steps = len(r["step_compute_ms"][0])
         for s in range(steps):
-            hop = r["pass"] == "bwd" and s == steps - 1
-            last_fwd = r["pass"] == "fwd" and s == steps - 1
+            if named(r):
+                hop, quiet, label = False, r["step_moves"][s] == "", r["step_labels"][s]
+            else:
+                hop = r["pass"] == "bwd" and s == steps - 1
+                quiet = r["pass"] == "fwd" and s == steps - 1
+                label = "final dK, dV hop (transfer only)" if hop else str(s)
             cells = []
             for rank in range(2):
                 c, x = r["step_compute_ms"][rank][s], r["step_transfer_ms"][rank][s]
-                cells.append(f"— / {ms(x)}" if hop else f"{ms(c)} / —" if last_fwd else f"{ms(c)} / {ms(x)}")
-            label = "final dK, dV hop (transfer only)" if hop else str(s)
+                cells.append(f"— / {ms(x)}" if hop else f"{ms(c)} / —" if quiet else f"{ms(c)} / {ms(x)}")
             pairs = "–" if hop else " / ".join(str(p[s]) for p in r["step_pairs"])
             out.append(f"| {r['pass']} | {n_cell(r)} | {'yes' if r['causal'] else 'no'} | {r['layout']} | {label} | "
                        f"{pairs} | " + " | ".join(cells) + " |")

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "reference/oracle.hpp"
 #include "steps/11_ring_attention/ring.hpp"
@@ -82,9 +83,12 @@ void run_rank(const RankConfig& cfg, int rank, const char id[kUniqueIdBytes], co
     t->reps = cfg.reps;
     t->total_median = t->total_min = t->total_p90 = 1 + rank;
     t->busy_median = 0.5 + rank;
-    t->steps = P.G;
-    for (int s = 0; s < P.G; ++s) t->pairs[s] = int(P.pairs(rank, s).size());
   }
+  rep->fwd.steps = P.G;  // the forward's ring steps, the backward's phases: what ring.cu reports
+  for (int s = 0; s < P.G; ++s) rep->fwd.pairs[s] = int(P.pairs(rank, s).size());
+  const std::vector<Phase> phases = P.backward_phases(rank);
+  rep->bwd.steps = int(phases.size());
+  for (size_t k = 0; k < phases.size(); ++k) rep->bwd.pairs[k] = int(phases[k].pairs.size());
   rep->ok = 1;
 }
 

@@ -68,6 +68,10 @@ fl_ring_test(g2_contiguous_full_fp16_gqa --gpus;2;--layout;contiguous;--backward
 fl_ring_test(g2_zigzag_causal_d64_fp16 --gpus;2;--layout;zigzag;--causal;--backward;-B;1;-H;2;-N;777;-d;64;${small})
 # Long: sampled rows (dK, dV on one K/V head: a full O(N²·d) CPU pass).
 fl_ring_test(g2_zigzag_causal_32768_sampled --gpus;2;--layout;zigzag;--causal;--backward;-B;1;-H;4;--heads-kv;2;-N;32768;-d;128;--check;sampled;--check-kv-heads;1;${small})
+# 3 and 4 GPUs (skipped on fewer): the backward's steps s ≥ 2, which add to a sum that arrived, exist
+# only from G = 3 (on 2 GPUs step 1 starts the sum and the final hop takes it home).
+fl_ring_test(g3_contiguous_causal_fp16 --gpus;3;--layout;contiguous;--causal;--backward;-B;1;-H;4;--heads-kv;2;-N;999;-d;128;${small})
+fl_ring_test(g4_zigzag_causal_gqa_fp16 --gpus;4;--layout;zigzag;--causal;--backward;-B;2;-H;6;--heads-kv;2;-N;1001;-d;128;${small})
 # 1 GPU: the ring of one equals the local steps bit for bit (contiguous), and zigzag passes the rule.
 fl_ring_test(g1_bitwise_causal --gpus;1;--layout;contiguous;--causal;--backward;--bitwise-local;-B;2;-H;4;--heads-kv;2;-N;1025;-d;128;${small})
 fl_ring_test(g1_bitwise_full_bf16 --gpus;1;--layout;contiguous;--backward;--bitwise-local;-B;1;-H;3;-N;300;-d;64;--dtype;bf16;${small})

@@ -1,10 +1,13 @@
 // flashladder — tests/test_ring_plan.cpp: step 11's plan (steps/11_ring_attention/plan.hpp) on the CPU:
-// over all ranks and ring steps, every (query, key) position pair that the causal mask lets through is
-// computed exactly once and no masked pair is; zigzag balances the causal work and contiguous does not;
+// over all ranks and ring steps (and over the backward's phases), every (query, key) position pair that
+// the causal mask lets through is computed exactly once and no masked pair is; the backward's order
+// ("own keys last") brings every dK, dV contribution to its owner exactly once; zigzag balances the causal work and contiguous does not;
 // a sequence that does not split is refused with the limit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <string>
 #include <vector>
 
 #include "steps/11_ring_attention/plan.hpp"
@@ -18,8 +21,28 @@ Problem prob(int64_t N, bool causal) {
   return p;
 }
 
+// A pair as computed by a rank with the K, V of an origin.
+struct Done {
+  int r, origin;
+  Pair x;
+};
+std::vector<Done> forward_order(const Plan& P) {
+  std::vector<Done> out;
+  for (int r = 0; r < P.G; ++r)
+    for (int s = 0; s < P.G; ++s)
+      for (const Pair& x : P.pairs(r, s)) out.push_back({r, P.origin(r, s), x});
+  return out;
+}
+std::vector<Done> backward_order(const Plan& P) {
+  std::vector<Done> out;
+  for (int r = 0; r < P.G; ++r)
+    for (const Phase& ph : P.backward_phases(r))
+      for (const Pair& x : ph.pairs) out.push_back({r, ph.origin, x});
+  return out;
+}
+
 // Marks every (i, j) a pair covers (full: all; diagonal: j <= i within the chunk) and counts.
-void expect_exact_cover(const Plan& P) {
+void expect_exact_cover(const Plan& P, const std::vector<Done>& done) {
   const int64_t N = P.p.Nq;
   std::vector<int> seen(size_t(N * N), 0);
   std::vector<int64_t> owner(size_t(N), -1);
@@ -32,11 +55,10 @@ void expect_exact_cover(const Plan& P) {
       }
     }
   for (int64_t x = 0; x < N; ++x) ASSERT_GE(owner[size_t(x)], 0) << "position " << x << " held by no rank";
-  for (int r = 0; r < P.G; ++r)
-    for (int s = 0; s < P.G; ++s)
-      for (const Pair& x : P.pairs(r, s)) {
-        EXPECT_EQ(x.q_chunk, P.chunk_of(r, x.q_slot));
-        EXPECT_EQ(x.k_chunk, P.chunk_of(P.origin(r, s), x.k_slot));
+  for (const Done& at : done) {
+        const Pair& x = at.x;
+        EXPECT_EQ(x.q_chunk, P.chunk_of(at.r, x.q_slot));
+        EXPECT_EQ(x.k_chunk, P.chunk_of(at.origin, x.k_slot));
         const Problem pp = P.pair_problem(x);
         EXPECT_EQ(pp.causal, x.kind == Kind::diagonal);
         if (x.kind == Kind::diagonal) {
@@ -46,7 +68,7 @@ void expect_exact_cover(const Plan& P) {
         for (int64_t a = 0; a < pp.Nq; ++a)
           for (int64_t b = 0; b < pp.Nk; ++b)
             if (pp.visible(a, b)) ++seen[size_t((q0 + a) * N + k0 + b)];
-      }
+  }
   for (int64_t i = 0; i < N; ++i)
     for (int64_t j = 0; j < N; ++j)
       ASSERT_EQ(seen[size_t(i * N + j)], P.p.visible(i, j) ? 1 : 0)
@@ -60,8 +82,229 @@ TEST(RingPlan, EveryVisiblePairExactlyOnce) {
         for (bool causal : {false, true}) {
           Plan P;
           ASSERT_EQ(make_plan(prob(N, causal), G, l, &P), "");
-          expect_exact_cover(P);
+          expect_exact_cover(P, forward_order(P));
+          expect_exact_cover(P, backward_order(P));
         }
+}
+
+// The backward's phases ("own keys last", plan.hpp), simulated on the CPU for every rank at once: the
+// phases run in lockstep (transfer k beside compute k, as ring.cu's events order them), and each sum of
+// dK, dV is followed as the list of pairs (rank, query chunk, key chunk) added into it. Checked: the
+// phases of a rank are the own pairs split into A and B plus the ring steps 1 … G − 1; every send meets
+// the receive of the next rank (same origin); a rank sends only the K|V it holds and a sum it finished
+// at an earlier phase; a received buffer holds nothing still needed; and at the end every rank's dK, dV
+// hold each pair with one of its key chunks exactly once, and no sum is left anywhere else.
+void expect_backward_schedule(const Plan& P) {
+  const int G = P.G;
+  const std::string where = std::to_string(G) + " ranks, " + layout_name(P.layout) + ", N " + std::to_string(P.p.Nq) +
+                            (P.p.causal ? " causal" : "");
+  std::vector<std::vector<Phase>> ph(static_cast<size_t>(G));
+  for (int r = 0; r < G; ++r) ph[size_t(r)] = P.backward_phases(r);
+  const size_t K = G == 1 ? 1 : size_t(G) + 1;
+  for (int r = 0; r < G; ++r) {
+    ASSERT_EQ(ph[size_t(r)].size(), K) << where;
+    if (G == 1) {
+      EXPECT_EQ(ph[0][0].dkv, DkvRole::local);
+      EXPECT_FALSE(ph[0][0].moves());
+      EXPECT_EQ(ph[0][0].pairs.size(), P.pairs(0, 0).size());
+      continue;
+    }
+    const std::vector<Phase>& x = ph[size_t(r)];
+    // A and B: the own pairs, split by own_part_a, in their order; at most one pair per key slot in
+    // each (ring.cu keeps one partial per key slot for A and adds one of B's at the end).
+    std::vector<Pair> a, b;
+    for (const Pair& p : P.pairs(r, 0)) (P.own_part_a(p) ? a : b).push_back(p);
+    ASSERT_EQ(x[0].pairs.size(), a.size()) << where;
+    ASSERT_EQ(x[size_t(G)].pairs.size(), b.size()) << where;
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(x[0].pairs[i].k_chunk, a[i].k_chunk);
+    for (size_t i = 0; i < b.size(); ++i) EXPECT_EQ(x[size_t(G)].pairs[i].k_chunk, b[i].k_chunk);
+    for (size_t k : {size_t(0), size_t(G)}) {
+      std::vector<int> per_slot(size_t(P.slots()), 0);
+      for (const Pair& p : x[k].pairs) EXPECT_LE(++per_slot[size_t(p.k_slot)], 1) << where << ", rank " << r;
+      EXPECT_EQ(x[k].origin, r);
+    }
+    EXPECT_EQ(x[0].dkv, DkvRole::keep);
+    EXPECT_EQ(x[size_t(G)].dkv, DkvRole::finish);
+    for (int s = 1; s < G; ++s) {
+      EXPECT_EQ(x[size_t(s)].origin, P.origin(r, s));
+      EXPECT_EQ(x[size_t(s)].pairs.size(), P.pairs(r, s).size());
+      EXPECT_EQ(x[size_t(s)].dkv, s == 1 ? DkvRole::start : DkvRole::add);
+    }
+    // Causal zigzag: A is exactly the two diagonals, B the one full own pair.
+    if (P.p.causal && P.layout == Layout::zigzag) {
+      ASSERT_EQ(a.size(), 2u);
+      ASSERT_EQ(b.size(), 1u);
+      EXPECT_TRUE(a[0].kind == Kind::diagonal && a[1].kind == Kind::diagonal);
+      EXPECT_EQ(b[0].kind, Kind::full);
+    }
+    if (P.layout == Layout::contiguous) {
+      EXPECT_TRUE(a.empty());
+    }
+  }
+  using Sum = std::vector<std::array<int, 3>>;  // (rank, query chunk, key chunk) of each pair added
+  struct Held {
+    int origin = -1;  // −1: the buffer holds nothing still needed
+    Sum sum;
+    int done_at = -1;  // the phase whose compute finished it
+  };
+  std::vector<std::array<Held, 2>> buf(static_cast<size_t>(G));  // each rank's two dK|dV buffers
+  std::vector<Sum> kept(static_cast<size_t>(G)), final_sum(static_cast<size_t>(G));
+  std::vector<bool> finished(size_t(G), false);
+  // The K|V of each rank's two travel buffers (ring.cu: phase k ≥ 1 reads travel[k mod 2], and the
+  // transfer beside phase k receives into the other one, which phase k − 1 read; −1: empty).
+  std::vector<std::array<int, 2>> travel(static_cast<size_t>(G), {-1, -1});
+  std::vector<int> in(size_t(G), -1);  // the buffer a sum arrived in at this phase (−1: none)
+  for (size_t k = 0; k < K; ++k) {
+    // Transfers k: every send of rank r meets the receive of r + 1.
+    std::vector<Held> sent(static_cast<size_t>(G));
+    std::vector<int> kv_sent(size_t(G), -1);
+    for (int r = 0; r < G; ++r) {
+      const Phase& x = ph[size_t(r)][k];
+      const Phase& y = ph[size_t((r + 1) % G)][k];
+      EXPECT_EQ(x.kv_send, y.kv_recv) << where << ", phase " << k << ", rank " << r << " → " << (r + 1) % G;
+      EXPECT_EQ(x.dkv_send, y.dkv_recv) << where << ", phase " << k << ", rank " << r << " → " << (r + 1) % G;
+      if (x.kv_send >= 0) {
+        const int held = x.origin == r ? r : travel[size_t(r)][k % 2];  // the K|V that phase k computes with
+        EXPECT_EQ(x.kv_send, held) << where << ": rank " << r << " sends a K|V it does not hold";
+        kv_sent[size_t(r)] = x.kv_send;
+      }
+      if (x.dkv_send >= 0) {
+        ASSERT_GE(k, 1u);
+        Held& h = buf[size_t(r)][size_t(Phase::dkv_buffer(int(k) - 1))];
+        ASSERT_EQ(h.origin, x.dkv_send) << where << ", phase " << k << ": rank " << r << " sends a sum it does not hold";
+        ASSERT_LT(h.done_at, int(k)) << where;  // finished by an earlier compute (transfer k waits for k − 1)
+        sent[size_t(r)] = h;
+        h = Held{};
+      }
+    }
+    for (int r = 0; r < G; ++r) {
+      const int from = (r + G - 1) % G;
+      const Phase& x = ph[size_t(r)][k];
+      in[size_t(r)] = -1;
+      if (x.kv_recv >= 0) travel[size_t(r)][(k + 1) % 2] = kv_sent[size_t(from)];
+      if (x.dkv_recv >= 0) {
+        Held& h = buf[size_t(r)][size_t(Phase::dkv_buffer(int(k)))];
+        ASSERT_EQ(h.origin, -1) << where << ", phase " << k << ": rank " << r << " receives over a sum still needed";
+        h = sent[size_t(from)];
+        h.done_at = -1;
+        in[size_t(r)] = Phase::dkv_buffer(int(k));
+      }
+    }
+    // Computes k.
+    for (int r = 0; r < G; ++r) {
+      const Phase& x = ph[size_t(r)][k];
+      if (x.origin != r) {  // a travelling K|V: it arrived at the previous phase's transfer
+        ASSERT_GE(k, 1u);
+        EXPECT_EQ(ph[size_t(r)][k - 1].kv_recv, x.origin) << where;
+        EXPECT_EQ(travel[size_t(r)][k % 2], x.origin) << where;
+      }
+      Sum mine;
+      for (const Pair& p : x.pairs) {
+        EXPECT_EQ(p.k_chunk, P.chunk_of(x.origin, p.k_slot));
+        mine.push_back({r, p.q_chunk, p.k_chunk});
+      }
+      switch (x.dkv) {
+        case DkvRole::local:
+          final_sum[size_t(r)] = mine;
+          finished[size_t(r)] = true;
+          break;
+        case DkvRole::keep:
+          kept[size_t(r)] = mine;
+          break;
+        case DkvRole::start: {
+          Held& h = buf[size_t(r)][size_t(Phase::dkv_buffer(int(k)))];
+          ASSERT_EQ(h.origin, -1) << where << ": rank " << r << " starts a sum over one still needed";
+          ASSERT_EQ(x.dkv_recv, -1) << where;
+          h = Held{x.origin, mine, int(k)};
+          break;
+        }
+        case DkvRole::add: {
+          ASSERT_EQ(in[size_t(r)], Phase::dkv_buffer(int(k))) << where << ": rank " << r << ", phase " << k;
+          Held& h = buf[size_t(r)][size_t(in[size_t(r)])];
+          ASSERT_EQ(h.origin, x.origin) << where;
+          h.sum.insert(h.sum.end(), mine.begin(), mine.end());
+          h.done_at = int(k);
+          break;
+        }
+        case DkvRole::finish: {
+          ASSERT_EQ(in[size_t(r)], Phase::dkv_buffer(int(k))) << where;
+          Held& h = buf[size_t(r)][size_t(in[size_t(r)])];
+          ASSERT_EQ(h.origin, r) << where << ": rank " << r << " receives another rank's sum as its own";
+          final_sum[size_t(r)] = h.sum;
+          final_sum[size_t(r)].insert(final_sum[size_t(r)].end(), kept[size_t(r)].begin(), kept[size_t(r)].end());
+          final_sum[size_t(r)].insert(final_sum[size_t(r)].end(), mine.begin(), mine.end());
+          finished[size_t(r)] = true;
+          h = Held{};
+          break;
+        }
+      }
+    }
+  }
+  // Every rank's dK, dV: each pair with one of its key chunks, from whichever rank computed it, once.
+  const std::vector<Done> all = backward_order(P);
+  for (int r = 0; r < G; ++r) {
+    EXPECT_TRUE(finished[size_t(r)]) << where << ": rank " << r << " never finished its dK, dV";
+    Sum want;
+    for (const Done& d : all)
+      if (d.origin == r) want.push_back({d.r, d.x.q_chunk, d.x.k_chunk});
+    Sum got = final_sum[size_t(r)];
+    std::sort(want.begin(), want.end());
+    std::sort(got.begin(), got.end());
+    EXPECT_EQ(got, want) << where << ": rank " << r << "'s dK, dV";
+    for (const Held& h : buf[size_t(r)]) EXPECT_EQ(h.origin, -1) << where << ": a sum left behind on rank " << r;
+  }
+}
+
+TEST(RingPlan, BackwardOwnKeysLastBringsEverySumHomeOnce) {
+  for (Layout l : {Layout::contiguous, Layout::zigzag})
+    for (int G : {1, 2, 3, 4, 5, 8})
+      for (int64_t N : {16, 17, 97, 130})
+        for (bool causal : {false, true}) {
+          Plan P;
+          ASSERT_EQ(make_plan(prob(N, causal), G, l, &P), "");
+          expect_backward_schedule(P);
+        }
+}
+
+TEST(RingPlan, BackwardPhasesOnTwoRanks) {
+  // Zigzag, causal, G = 2, rank 0 (chunks 0 and 3): A = (0,0)◩ (3,3)◩ beside the first K|V; step 1 =
+  // (3,1)■ (3,2)■ starts the sum of rank 1's keys and moves nothing (no K|V is left to move, no sum
+  // to receive); B = (3,0)■ beside the final hop (rank 1's sum out, rank 0's in).
+  Plan P;
+  ASSERT_EQ(make_plan(prob(1001, true), 2, Layout::zigzag, &P), "");
+  const std::vector<Phase> x = P.backward_phases(0);
+  ASSERT_EQ(x.size(), 3u);
+  ASSERT_EQ(x[0].pairs.size(), 2u);
+  EXPECT_EQ(x[0].pairs[0].q_chunk * 10 + x[0].pairs[0].k_chunk, 0);
+  EXPECT_EQ(x[0].pairs[1].q_chunk * 10 + x[0].pairs[1].k_chunk, 33);
+  EXPECT_EQ(Plan::moves_text(x[0]), "K|V");
+  EXPECT_EQ(x[1].pairs.size(), 2u);
+  EXPECT_FALSE(x[1].moves());
+  EXPECT_EQ(Plan::moves_text(x[1]), "");
+  ASSERT_EQ(x[2].pairs.size(), 1u);
+  EXPECT_EQ(x[2].pairs[0].q_chunk * 10 + x[2].pairs[0].k_chunk, 30);
+  EXPECT_EQ(x[2].dkv_send, 1);
+  EXPECT_EQ(x[2].dkv_recv, 0);
+  EXPECT_EQ(Plan::moves_text(x[2]), "dK|dV to its owner");
+  EXPECT_EQ(P.backward_phase_label(0), "own keys, part A");
+  EXPECT_EQ(P.backward_phase_label(1), "1");
+  EXPECT_EQ(P.backward_phase_label(2), "own keys, part B");
+  // Contiguous: the one own pair is B; A is empty and its K|V transfer has nothing beside it.
+  ASSERT_EQ(make_plan(prob(1001, false), 2, Layout::contiguous, &P), "");
+  const std::vector<Phase> c = P.backward_phases(1);
+  EXPECT_TRUE(c[0].pairs.empty());
+  EXPECT_EQ(c[2].pairs.size(), 1u);
+  // G = 4: step 1 moves K|V only, steps 2 and 3 dK|dV (step 3: no K|V left to move).
+  ASSERT_EQ(make_plan(prob(1001, true), 4, Layout::zigzag, &P), "");
+  const std::vector<Phase> g4 = P.backward_phases(2);
+  EXPECT_EQ(Plan::moves_text(g4[1]), "K|V");
+  EXPECT_EQ(Plan::moves_text(g4[2]), "K|V, dK|dV");
+  EXPECT_EQ(Plan::moves_text(g4[3]), "dK|dV");
+  EXPECT_EQ(Plan::moves_text(g4[4]), "dK|dV to its owner");
+  // A ring of one: the local step, one phase.
+  ASSERT_EQ(make_plan(prob(1001, true), 1, Layout::contiguous, &P), "");
+  ASSERT_EQ(P.backward_phases(0).size(), 1u);
+  EXPECT_EQ(P.backward_phase_label(0), "0");
 }
 
 TEST(RingPlan, ChunksSplitTheSequenceNearlyEvenly) {

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """flashladder — tests/test_ring_table.py: scripts/ring_table.py on made-up ring records: the ratio and
 scaling efficiency, a missed time bar and a missed balance bar shown as **no**, the causal contiguous run
-shown for contrast and not judged, a point without a 1-GPU record, the per-step table (the backward's
-final hop as a transfer only), refusals of a malformed line, a record lacking a field and a duplicate
-point (each naming its line), and the README block: --readme fills it, --check compares, no markers is
-refused."""
+shown for contrast and not judged, a point without a 1-GPU record, the per-step table (records of runs
+39–40, without row names: the backward's final hop as a transfer only; records with `step_labels` and
+`step_moves`: the backward's own keys last, its rows by name, — where nothing moves, and the link's
+rate W taken only where a pair computed beside the transfer), refusals of a malformed line, a record
+lacking a field, malformed row names and a duplicate point (each naming its line), and the README
+block: --readme fills it, --check compares, no markers is refused."""
 import os
 import sys
 import unittest
@@ -26,6 +28,25 @@ def rec(pas, n, causal, gpus, layout, ms, busy=None, **kw):
          "step_transfer_ms": [[0.25] * steps for _ in busy], "step_pairs": [[1] * gpus + [0] * (steps - gpus)] * gpus,
          "commit": "abc123", "device": "GPU X", "date": "2026-01-02T03:04:05Z", "pass_check": True}
     r.update(kw)
+    return r
+
+
+def named(r):
+    """The record as `flashladder ring` writes it since the backward's order "own keys last": its rows
+    named, with what moves beside each (G = 2: the backward's step 1 moves nothing)."""
+    r = dict(r)
+    g = r["gpus"]
+    if r["pass"] == "fwd":
+        r["step_labels"] = [str(s) for s in range(g)]
+        r["step_moves"] = ["K|V"] * (g - 1) + [""]
+    elif g == 1:
+        r["step_labels"], r["step_moves"] = ["0"], [""]
+    else:
+        r["step_labels"] = ["own keys, part A"] + [str(s) for s in range(1, g)] + ["own keys, part B"]
+        r["step_moves"] = ["K|V"] + ["K|V, dK|dV"] * (g - 2) + [""] + ["dK|dV to its owner"]
+        if g >= 3:
+            r["step_moves"][g - 1] = "dK|dV"
+            r["step_moves"][1] = "K|V"
     return r
 
 
@@ -80,6 +101,50 @@ class RingTable(RecordsScriptCase):
         out = self.run_script(self.write("g.jsonl", GOOD))
         self.assertNotIn("How far this link hides", out.stdout)
 
+    def test_named_rows_own_keys_last(self):
+        # A causal zigzag backward on 2 GPUs in the order "own keys last": part A (two pairs) beside the
+        # K|V, step 1 (two pairs) with nothing beside it, part B (one pair) beside the final hop.
+        zz = named(rec("bwd", 1024, True, 2, "zigzag", 6.0, step_compute_ms=[[1.5, 3.0, 1.6], [1.4, 3.1, 1.7]],
+                       step_transfer_ms=[[0.25, 0.0, 0.9], [0.26, 0.0, 1.0]], step_pairs=[[2, 2, 1], [2, 2, 1]]))
+        recs = [named(r) for r in GOOD[:5]] + [zz]
+        out = self.run_script(self.write("n.jsonl", recs))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        t = out.stdout
+        self.assertIn("| bwd | 1024 | yes | zigzag | own keys, part A | 2 / 2 | 1.500 / 0.250 | 1.400 / 0.260 |", t)
+        self.assertIn("| bwd | 1024 | yes | zigzag | 1 | 2 / 2 | 3.000 / — | 3.100 / — |", t)
+        self.assertIn("| bwd | 1024 | yes | zigzag | own keys, part B | 1 / 1 | 1.600 / 0.900 | 1.700 / 1.000 |", t)
+        # The forward's rows are what they were without names.
+        self.assertIn("| fwd | 1024 | no | contiguous | 0 | 1 / 1 | 2.600 / 0.250 | 2.600 / 0.250 |", t)
+        self.assertIn("| fwd | 1024 | no | contiguous | 1 | 1 / 1 | 2.600 / — | 2.600 / — |", t)
+        self.assertIn("The backward computes its own keys last", t)
+        self.assertNotIn("final dK, dV hop (transfer only)", t)
+        self.assertNotIn("without named rows", t)
+        # Beside a record of runs 39–40 (no names), each is read its own way, and the caption says both.
+        old = rec("bwd", 1024, False, 2, "contiguous", 10.8)
+        out = self.run_script(self.write("m.jsonl", recs + [old]))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("| bwd | 1024 | no | contiguous | final dK, dV hop (transfer only) | – | — / 0.250 | — / 0.250 |",
+                      out.stdout)
+        self.assertIn("Backward records without named rows (the order before, own keys first)", out.stdout)
+        self.assertIn("| bwd | 1024 | yes | zigzag | own keys, part B | 1 / 1 |", out.stdout)
+
+    def test_link_rate_only_beside_a_pair(self):
+        # W from step 0's transfer: 2^27 bytes in 0.5 ms = 268 GB/s. A named contiguous backward has no pair
+        # in its part A (its K|V moves with nothing beside it, 2^27 bytes in 0.4 ms): left out of W.
+        x = {"kv_bytes_per_step": 2 ** 27, "step_transfer_ms": [[0.5, 0.0], [0.5, 0.0]]}
+        xb = {"kv_bytes_per_step": 2 ** 27, "step_transfer_ms": [[0.4, 0.0, 0.5], [0.4, 0.0, 0.5]],
+              "step_pairs": [[0, 1, 1], [0, 1, 1]], "step_compute_ms": [[0.0, 6.5, 6.5], [0.0, 6.5, 6.5]]}
+        recs = [named(rec("fwd", 4096, False, 1, "contiguous", 10.0, tflops=600.0)),
+                named(rec("bwd", 4096, False, 1, "contiguous", 25.0, tflops=500.0)),
+                named(rec("fwd", 4096, False, 2, "contiguous", 5.0, **x)),
+                named(rec("bwd", 4096, False, 2, "contiguous", 13.0, **xb))]
+        out = self.run_script(self.write("w.jsonl", recs))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("W, the link while the first row (forward step 0, backward own keys part A) computes: 268 GB/s "
+                      "with 128 MiB steps (2 transfers)", out.stdout)
+        self.assertIn("| bwd | 4096 | no | contiguous | own keys, part A | 0 / 0 | 0.000 / 0.400 | 0.000 / 0.400 |",
+                      out.stdout)
+
     def test_missing_baseline(self):
         out = self.run_script(self.write("r.jsonl", [rec("bwd", 2048, True, 2, "zigzag", 4.0)]))
         self.assertEqual(out.returncode, 0, out.stderr)
@@ -111,6 +176,16 @@ class RingTable(RecordsScriptCase):
         out = self.run_script(self.write("short.jsonl", [short]))
         self.assertEqual(out.returncode, 2)
         self.assertIn("short.jsonl:1: step_transfer_ms must be 2 lists (one per rank) of 3 numbers", out.stderr)
+        few = named(rec("bwd", 1024, False, 2, "contiguous", 9.0))
+        few["step_labels"] = few["step_labels"][:2]
+        out = self.run_script(self.write("few.jsonl", [few]))
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("few.jsonl:1: step_labels must be 3 strings (one per ring step)", out.stderr)
+        half = named(rec("bwd", 1024, False, 2, "contiguous", 9.0))
+        del half["step_moves"]
+        out = self.run_script(self.write("half.jsonl", [half]))
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("half.jsonl:1: step_labels and step_moves go together", out.stderr)
 
     def test_readme_block_and_check(self):
         recs = self.write("r.jsonl", GOOD)

@@ -88,6 +88,60 @@ int64_t Plan::max_chunk() const {
   return m;
 }
 
+std::vector<Phase> Plan::backward_phases(int r) const {
+  std::vector<Phase> out;
+  if (G == 1) {  // a ring of one: the local step on the own pairs, nothing moves
+    Phase x;
+    x.origin = r;
+    x.pairs = pairs(r, 0);
+    out.push_back(std::move(x));
+    return out;
+  }
+  const std::vector<Pair> own = pairs(r, 0);
+  Phase a, b;
+  a.origin = b.origin = r;
+  a.dkv = DkvRole::keep;
+  b.dkv = DkvRole::finish;
+  for (const Pair& x : own) (own_part_a(x) ? a.pairs : b.pairs).push_back(x);
+  a.kv_send = r;                // the own K|V to r + 1 …
+  a.kv_recv = origin(r, 1);     // … and origin r − 1's from r − 1, for step 1
+  out.push_back(std::move(a));
+  for (int s = 1; s < G; ++s) {
+    Phase x;
+    x.origin = origin(r, s);
+    x.pairs = pairs(r, s);
+    x.dkv = s == 1 ? DkvRole::start : DkvRole::add;
+    if (s < G - 1) {
+      x.kv_send = x.origin;
+      x.kv_recv = origin(r, s + 1);
+    }
+    if (s >= 2) {
+      x.dkv_send = origin(r, s - 1);  // finished at step s − 1
+      x.dkv_recv = x.origin;          // finished by r − 1 at its step s − 1
+    }
+    out.push_back(std::move(x));
+  }
+  b.dkv_send = origin(r, G - 1);  // = r + 1: the sum finished at step G − 1 goes to its owner
+  b.dkv_recv = r;                 // this rank's own, finished by r − 1 at its step G − 1
+  out.push_back(std::move(b));
+  return out;
+}
+
+std::string Plan::backward_phase_label(int k) const {
+  if (G == 1) return "0";
+  if (k == 0) return "own keys, part A";
+  if (k == G) return "own keys, part B";
+  return std::to_string(k);
+}
+
+std::string Plan::moves_text(const Phase& x) {
+  const bool kv = x.kv_send >= 0 || x.kv_recv >= 0, dkv = x.dkv_send >= 0 || x.dkv_recv >= 0;
+  if (kv && dkv) return "K|V, dK|dV";
+  if (kv) return "K|V";
+  if (!dkv) return "";
+  return x.dkv == DkvRole::finish ? "dK|dV to its owner" : "dK|dV";
+}
+
 double Plan::work(int r, int s) const {
   double w = 0;
   for (const Pair& x : pairs(r, s)) {

@@ -36,6 +36,51 @@ struct Pair {
   Kind kind;
 };
 
+// The backward's order on a rank, "own keys last" (Plan::backward_phases; ring.cu's Rank::backward
+// follows it, tests/test_ring_plan.cpp simulates it on the CPU). dQ stays on its rank; dK, dV travel
+// the ring as fp32 sums. A ring of one is one phase that moves nothing. For G > 1, G + 1 phases:
+//
+//   phase 0      own keys, part A: the own pairs (this rank's K, V) with q_slot = k_slot, beside the
+//                first K|V transfer (own K|V to r + 1, origin r − 1's from r − 1). Their dK, dV
+//                partials wait, one per key slot, for the end. Zigzag: (r, r) and (2G−1−r, 2G−1−r),
+//                with causal exactly the two diagonals; contiguous: none.
+//   phase s      ring step s = 1 … G − 1: the pairs with origin r − s's K, V (Plan::pairs(r, s)), beside
+//                the next K|V (s < G − 1) and the dK|dV sums (s ≥ 2: the one this rank finished at s − 1
+//                to r + 1, origin r − s's from r − 1). Step 1 starts the sum of origin r − 1 from its
+//                partials: rank o + 1 is the first after o to hold o's keys, so no sum for o exists
+//                before it, and nothing is received. The sum of o travels o + 1 → … → o + G − 1.
+//   phase G      own keys, part B: the other own pairs (zigzag: q_slot ≠ k_slot, with causal the one
+//                full pair (2G−1−r, r); contiguous: the one own pair), beside the final hop: the sum
+//                finished at step G − 1 (origin r + 1) goes to its owner, this rank's own arrives from
+//                r − 1. Then dK, dV = that sum + the partials of A and B, rounded once.
+//
+// Why B is the larger part when the own pairs do not split (contiguous: one pair): the hop beside A
+// moves K|V in the storage type, 2 tensors × 2 bytes = 4 bytes per element of the rank's K; the hop
+// beside B moves the dK|dV sums in fp32, 2 × 4 = 8 bytes per element: at N = 32768, H 16, d 128 on 2
+// GPUs 134 MB against 268 MB (runs 39–40 measured 0.695 ms for that K|V and 0.932–1.037 ms for that final
+// hop, non-causal contiguous). A part with no pairs leaves its hop unhidden, so it is the smaller hop.
+enum class DkvRole {
+  local,   // a ring of one: the pairs' dK, dV are this rank's dK, dV
+  keep,    // own keys, part A: the partials wait (at most one per key slot) for the end
+  start,   // step 1: the partials start the sum of the phase's origin (a key slot without a pair: zeros)
+  add,     // step s ≥ 2: the partials are added to the sum of the phase's origin that arrived beside
+  finish,  // own keys, part B: this rank's sum arrives beside; it + A's and B's partials → dK, dV
+};
+
+struct Phase {
+  int origin = 0;            // whose K, V the pairs use, and whose dK, dV they produce
+  std::vector<Pair> pairs;   // in the order they are computed
+  DkvRole dkv = DkvRole::local;
+  // The transfer beside the phase (one NCCL group on the transfer stream, started once the previous
+  // phase's compute is done; −1: that part is not moved):
+  int kv_send = -1, kv_recv = -1;    // origin of the K|V sent to r + 1, received from r − 1
+  int dkv_send = -1, dkv_recv = -1;  // origin of the dK|dV sum sent to r + 1, received from r − 1
+  bool moves() const { return kv_send >= 0 || kv_recv >= 0 || dkv_send >= 0 || dkv_recv >= 0; }
+  /// The sums live in two buffers: the one a phase starts, adds to or receives is buffer phase mod 2;
+  /// a phase sends the one of the phase before.
+  static int dkv_buffer(int phase) { return phase % 2; }
+};
+
 struct Plan {
   Problem p;   // the whole problem: Nq = Nk = N
   int G = 1;   // ranks
@@ -62,6 +107,15 @@ struct Plan {
   int64_t lse_elems(int r) const;                  // with the padding
   int64_t kv_elems(int r) const;                   // the rank's share of K (V the same)
   int64_t max_chunk() const;                       // the longest chunk
+
+  /// The backward's phases on rank r (see Phase above): 1 for G = 1, else G + 1.
+  std::vector<Phase> backward_phases(int r) const;
+  /// Whether an own pair belongs to part A of the backward (else part B): q_slot = k_slot of zigzag.
+  bool own_part_a(const Pair& x) const { return slots() == 2 && x.q_slot == x.k_slot; }
+  /// The name of backward phase k in tables ("own keys, part A", "1", …, "own keys, part B"; "0" for
+  /// G = 1) and what its transfer moves ("K|V", "K|V, dK|dV", "dK|dV", "dK|dV to its owner", "").
+  std::string backward_phase_label(int k) const;
+  static std::string moves_text(const Phase& x);
 
   /// Work of a rank at a step in units of (positions²)·B·H·d·4 FLOPs: a full pair counts
   /// len_q·len_k, a diagonal one len·len/2 (what the causal step does).

@@ -18,8 +18,10 @@
 // P_ij = exp(S_ij − L_i) are the global probabilities of these keys, its D_i = rowsum(dO_i ∘ O_i) is
 // the global D, and dV_j = Σ_i P_ijᵀ dO_i, dS = P ∘ (dP − D), dQ_i = τ Σ_j dS_ij K_j, dK_j = τ Σ_i dS_ijᵀ Q_i
 // are sums over the pairs. dQ stays on its rank (fp32 sum of the pairs); dK, dV travel the ring beside
-// K, V in fp32 and, after G transfers, arrive summed at their owner. The step's partials come in the
-// storage type (its interface has no fp32 outputs); they are added in fp32 and rounded once at the end.
+// K, V as fp32 sums, in the order "own keys last" (plan.hpp's Phase): a rank computes part of its own
+// pairs first, beside the first K|V transfer, and the rest last, beside the final hop that brings its
+// own sum home, so that hop is no longer a transfer with nothing beside it. The step's partials come in
+// the storage type (its interface has no fp32 outputs); they are added in fp32 and rounded once at the end.
 #include "steps/11_ring_attention/ring.hpp"
 
 #include <nccl.h>
@@ -199,13 +201,14 @@ struct Rank {
   int64_t max_kv = 0;  // the largest share of K over ranks (travel buffers are sized for it)
   std::vector<bool> direct_q, direct_k;  // a slot with exactly one pair in the whole ring is written by the step itself
   std::vector<int> pairs_q;              // pairs of each query slot over the whole ring
+  std::vector<Phase> bphases;            // the backward's order (plan.hpp: own keys last)
   // Forward: Q slots; home K|V (this rank's own, never overwritten); travel K|V ×2; O, L; the running
   // O in fp32; per query slot two pairs' partials (O_s, L_s) waiting to be merged; the step's workspace.
   DeviceBuffer q, home, travel[2], o, lse, acc, po[2][2], pl[2][2], fws;
   // Backward: dO; dQ, dK, dV; dQ's fp32 sum; dK|dV fp32 sums travelling the ring ×2; per query slot
-  // two pairs' dQ_s and per key slot two pairs' dK_s, dV_s waiting to be summed; the step's workspace;
-  // a float for the barrier.
-  DeviceBuffer dO, dq, dk, dv, dq_acc, dkv[2], pq[2][2], pk[2][2], pv[2][2], bws, sync;
+  // two pairs' dQ_s and per key slot two pairs' dK_s, dV_s waiting to be summed; per own key slot the
+  // dK_s, dV_s of part A, waiting for the end (G > 1); the step's workspace; a float for the barrier.
+  DeviceBuffer dO, dq, dk, dv, dq_acc, dkv[2], pq[2][2], pk[2][2], pv[2][2], pa_k[2], pa_v[2], bws, sync;
   std::vector<cudaEvent_t> comp_begin, comp_end, comm_begin, comm_end;
   cudaEvent_t ev_start = nullptr, ev_end = nullptr;
 
@@ -254,6 +257,7 @@ struct Rank {
       direct_q.push_back(pairs_q[size_t(i)] == 1);
       direct_k.push_back(G == 1 && pairs_k[size_t(i)] == 1);  // dK, dV of G > 1 always cross the ring
     }
+    bphases = P.backward_phases(r);
     fs = pick_step(cfg.fwd_step, false, probs, r);
     if (cfg.backward) bs = pick_step(cfg.bwd_step, true, probs, r);
     size_t fw = 0, bw = 0;
@@ -289,12 +293,17 @@ struct Rank {
         alloc(dkv[0], 8 * max_kv, "the first travelling dK|dV (fp32)");
         alloc(dkv[1], 8 * max_kv, "the second travelling dK|dV (fp32)");
       }
-      for (int i = 0; i < S; ++i)
+      for (int i = 0; i < S; ++i) {
         for (int k = 0; k < 2; ++k) {
           alloc(pq[i][k], e * chunk_q, "a pair's dQ_s");
           alloc(pk[i][k], e * chunk_k, "a pair's dK_s");
           alloc(pv[i][k], e * chunk_k, "a pair's dV_s");
         }
+        if (G > 1) {
+          alloc(pa_k[i], e * chunk_k, "part A's dK_s");
+          alloc(pa_v[i], e * chunk_k, "part A's dV_s");
+        }
+      }
       alloc(bws, bw, "the backward step's workspace");
     }
     alloc(sync, 4, "the barrier's float");
@@ -471,12 +480,19 @@ struct Rank {
   }
 
   // ---- Backward -----------------------------------------------------------------------------------
-  // Ring step s: xs moves the K|V of step s + 1 (as in the forward) and the dK|dV sums: the one this
-  // rank finished at step s − 1 (origin r − s + 1) goes to r + 1, the one for origin r − s arrives from
-  // r − 1. cs computes the pairs with the K|V of step s, each pair's dK, dV into the partial buffers of
-  // its key slot, then, once the sum for origin r − s has arrived, adds them to it (one pass per slot).
-  // After step G − 1 one more hop brings every sum home. dQ is summed like the forward's O: partials
-  // two at a time into an fp32 sum, the last pass writing dQ.
+  // The phases of plan.hpp, "own keys last": k = 0 own keys part A, 1 … G − 1 the ring steps, G own
+  // keys part B (a ring of one: one phase, nothing moves). For each phase:
+  //   xs, transfer k (once compute k − 1 is done: it read the K|V buffer this receives into, and
+  //     finished the sum this sends): the K|V for phase k + 1 as in the forward, and the dK|dV sums:
+  //     the one finished at phase k − 1 goes to r + 1, the one phase k adds to (beside part B: this
+  //     rank's own) arrives from r − 1 into buffer k mod 2.
+  //   cs, compute k: each pair's dK, dV into partial buffers of its key slot; then part A keeps them
+  //     (pa, one per key slot) for the end; step 1 starts the sum of its origin from them (a key slot
+  //     without a pair: zeros); a step s ≥ 2 waits for the sum that transfer k brings and adds them; part
+  //     B waits for this rank's own sum and writes dK, dV = sum + A's + B's partials, one pass per slot.
+  // Part B's compute thus runs beside the final hop, which the previous order (own pairs first) left
+  // with no compute beside it (0.905–1.029 ms at N = 32768, causal zigzag, runs 39–40).
+  // dQ is summed like the forward's O: partials two at a time into an fp32 sum, the last pass writing dQ.
   void backward(bool checked) {
     const Problem& p = P.p;
     if (checked) {
@@ -486,50 +502,63 @@ struct Rank {
     FL_CUDA(cudaEventRecord(ev_start, cs));
     std::vector<int> pending_q(size_t(S), 0), left_q(pairs_q);
     std::vector<bool> has_acc_q(size_t(S), false);
+    std::vector<int> kept_k(size_t(S), 0);  // part A's partials per own key slot (0 or 1)
     dispatch_dtype(p.dtype, [&](auto tag) {
       using T = decltype(tag);
       auto sum = [&](float* to, const DeviceBuffer& a, const DeviceBuffer* b, T* out, int64_t n, bool has_acc) {
         sum_kernel<T><<<elem_blocks(n), 256, 0, cs>>>(to, a.as<T>(), b ? b->as<T>() : nullptr, out, n, has_acc ? 1 : 0);
         FL_CUDA(cudaGetLastError());
       };
-      for (int s = 0; s < G; ++s) {
-        const int org = P.origin(r, s);
-        char* cur = s == 0 ? home.as<char>() : travel[s % 2].as<char>();
-        if (G > 1) {
-          FL_CUDA(cudaStreamWaitEvent(xs, s == 0 ? ev_start : comp_end[size_t(s - 1)], 0));
-          FL_CUDA(cudaEventRecord(comm_begin[size_t(s)], xs));
+      for (int k = 0; k < int(bphases.size()); ++k) {
+        const Phase& ph = bphases[size_t(k)];
+        const int org = ph.origin;
+        const bool own = org == r;
+        // The K|V in hand: this rank's own (home, never overwritten) or the ones transfer k − 1 brought.
+        char* cur = own ? home.as<char>() : travel[k % 2].as<char>();
+        if (ph.moves()) {
+          FL_CUDA(cudaStreamWaitEvent(xs, k == 0 ? ev_start : comp_end[size_t(k - 1)], 0));
+          FL_CUDA(cudaEventRecord(comm_begin[size_t(k)], xs));
           FL_NCCL(ncclGroupStart());
-          if (s < G - 1) {
+          if (ph.kv_send >= 0)  // the plan sends the K|V in hand: kv_send = org
             FL_NCCL(ncclSend(cur, 2 * e * size_t(P.kv_elems(org)), ncclUint8, next(), comm, xs));
-            FL_NCCL(ncclRecv(travel[(s + 1) % 2].get(), 2 * e * size_t(P.kv_elems(P.origin(r, s + 1))), ncclUint8,
-                             prev(), comm, xs));
-          }
-          if (s >= 1) {
-            FL_NCCL(ncclSend(dkv[(s - 1) % 2].get(), 2 * size_t(P.kv_elems(P.origin(r, s - 1))), ncclFloat32, next(),
+          if (ph.kv_recv >= 0)
+            FL_NCCL(ncclRecv(travel[(k + 1) % 2].get(), 2 * e * size_t(P.kv_elems(ph.kv_recv)), ncclUint8, prev(),
                              comm, xs));
-            FL_NCCL(ncclRecv(dkv[s % 2].get(), 2 * size_t(P.kv_elems(org)), ncclFloat32, prev(), comm, xs));
-          }
+          if (ph.dkv_send >= 0)
+            FL_NCCL(ncclSend(dkv[Phase::dkv_buffer(k - 1)].get(), 2 * size_t(P.kv_elems(ph.dkv_send)), ncclFloat32,
+                             next(), comm, xs));
+          if (ph.dkv_recv >= 0)
+            FL_NCCL(ncclRecv(dkv[Phase::dkv_buffer(k)].get(), 2 * size_t(P.kv_elems(ph.dkv_recv)), ncclFloat32, prev(),
+                             comm, xs));
           FL_NCCL(ncclGroupEnd());
-          FL_CUDA(cudaEventRecord(comm_end[size_t(s)], xs));
+          FL_CUDA(cudaEventRecord(comm_end[size_t(k)], xs));
         }
-        if (s >= 1) FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(s - 1)], 0));
-        FL_CUDA(cudaEventRecord(comp_begin[size_t(s)], cs));
+        if (!own) FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(k - 1)], 0));  // its K|V arrived
+        FL_CUDA(cudaEventRecord(comp_begin[size_t(k)], cs));
         const int64_t kv_org = P.kv_elems(org);
-        std::vector<int> pending_k(size_t(S), 0);  // this step's dK, dV partials per key slot
-        for (const Pair& x : P.pairs(r, s)) {
+        const bool keep = ph.dkv == DkvRole::keep;
+        std::vector<int> pending_k(size_t(S), 0);  // this phase's dK, dV partials per key slot
+        for (const Pair& x : ph.pairs) {
           const int i = x.q_slot, j = x.k_slot;
           const Problem pp = P.pair_problem(x);
           const int64_t qo = P.q_slot_offset(r, i), lo = P.lse_slot_offset(r, i);
           const int64_t ko = P.kv_slot_offset(org, j);
           const bool dq_direct = direct_q[size_t(i)], dk_direct = direct_k[size_t(j)];
           const int kq = pending_q[size_t(i)], kk = pending_k[size_t(j)];
+          // Parts A and B have at most one pair per key slot (plan.hpp; the CPU tests check it): the end
+          // adds one partial of each.
+          if ((keep || ph.dkv == DkvRole::finish) && kk > 0)
+            throw Error("the backward's plan gives own keys part " + std::string(keep ? "A" : "B") +
+                        " two pairs on one key slot");
           // dk_direct only when G = 1, where org = r and ko is also the offset in this rank's dK, dV.
+          DeviceBuffer& bk = keep ? pa_k[j] : pk[j][kk];
+          DeviceBuffer& bv = keep ? pa_v[j] : pv[j][kk];
           void* dq_t = dq_direct ? at(dq, qo, e) : pq[i][kq].get();
-          void* dk_t = dk_direct ? at(dk, ko, e) : pk[j][kk].get();
-          void* dv_t = dk_direct ? at(dv, ko, e) : pv[j][kk].get();
+          void* dk_t = dk_direct ? at(dk, ko, e) : bk.get();
+          void* dv_t = dk_direct ? at(dv, ko, e) : bv.get();
           if (checked) {
             if (!dq_direct) pq[i][kq].poison(cs);
-            if (!dk_direct) { pk[j][kk].poison(cs); pv[j][kk].poison(cs); }
+            if (!dk_direct) { bk.poison(cs); bv.poison(cs); }
             bws.poison(cs);
           }
           BackwardArgs a{at(q, qo, e), kv_at(cur, org, j, false), kv_at(cur, org, j, true),
@@ -549,52 +578,67 @@ struct Rank {
           }
           if (!dk_direct) ++pending_k[size_t(j)];
         }
-        // This step's dK, dV into the sums. Step 0 starts the sums of this rank's own keys (a ring of
-        // one writes dK, dV straight away); later steps add to the sums that arrived for origin r − s.
-        if (s >= 1) FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(s)], 0));
+        // Part B's compute, as timed, is its pairs: what the final hop runs beside. The wait for the hop
+        // and the pass after it belong to no phase (as the conversion after the hop did before).
+        if (ph.dkv == DkvRole::finish) FL_CUDA(cudaEventRecord(comp_end[size_t(k)], cs));
+        // This phase's dK, dV: where they go depends on its role (plan.hpp's DkvRole).
+        if (ph.dkv == DkvRole::add || ph.dkv == DkvRole::finish)
+          FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(k)], 0));  // the sum arrived beside this phase
         for (int j = 0; j < S; ++j) {
-          if (direct_k[size_t(j)]) continue;
           const int64_t ko = P.kv_slot_offset(org, j);
           const int64_t n = p.B * p.H_kv * P.len[size_t(P.chunk_of(org, j))] * p.d;
-          // (G = 1: no sums travel; out_k, out_v below take the result and sum_k, sum_v are not used.)
-          float* sum_k = G > 1 ? dkv[s % 2].as<float>() + ko : nullptr;
-          float* sum_v = G > 1 ? dkv[s % 2].as<float>() + kv_org + ko : nullptr;
           const int np = pending_k[size_t(j)];
-          if (np == 0) {
-            if (s == 0) {  // no pair for this key slot here: its sum starts at 0 (a ring of one: dK = dV = 0)
-              if (G == 1) {
+          switch (ph.dkv) {
+            case DkvRole::local:  // a ring of one: dK, dV straight away (the step wrote a slot with one pair)
+              if (direct_k[size_t(j)]) break;
+              if (np == 0) {  // no pair for this key slot: dK = dV = 0
                 FL_CUDA(cudaMemsetAsync(at(dk, ko, e), 0, e * size_t(n), cs));
                 FL_CUDA(cudaMemsetAsync(at(dv, ko, e), 0, e * size_t(n), cs));
-              } else {
-                FL_CUDA(cudaMemsetAsync(sum_k, 0, 4 * size_t(n), cs));
-                FL_CUDA(cudaMemsetAsync(sum_v, 0, 4 * size_t(n), cs));
+                break;
               }
+              sum(nullptr, pk[j][0], np == 2 ? &pk[j][1] : nullptr, dk.as<T>() + ko, n, false);
+              sum(nullptr, pv[j][0], np == 2 ? &pv[j][1] : nullptr, dv.as<T>() + ko, n, false);
+              break;
+            case DkvRole::keep:  // part A: the partials wait in pa for the end
+              kept_k[size_t(j)] = np;
+              break;
+            case DkvRole::start:  // step 1: the sum of origin r − 1 starts here, from the partials
+            case DkvRole::add: {  // step s ≥ 2: added to the sum that arrived (no pair here: it passes on as it came)
+              const bool start = ph.dkv == DkvRole::start;
+              float* sum_k = dkv[Phase::dkv_buffer(k)].as<float>() + ko;
+              float* sum_v = dkv[Phase::dkv_buffer(k)].as<float>() + kv_org + ko;
+              if (np == 0) {
+                if (start) {  // no pair for this key slot here: its sum starts at 0
+                  FL_CUDA(cudaMemsetAsync(sum_k, 0, 4 * size_t(n), cs));
+                  FL_CUDA(cudaMemsetAsync(sum_v, 0, 4 * size_t(n), cs));
+                }
+                break;
+              }
+              sum(sum_k, pk[j][0], np == 2 ? &pk[j][1] : nullptr, nullptr, n, !start);
+              sum(sum_v, pv[j][0], np == 2 ? &pv[j][1] : nullptr, nullptr, n, !start);
+              break;
             }
-            continue;  // later steps: nothing of ours, the sum passes on as it came
+            case DkvRole::finish: {  // part B: dK, dV = the arrived sum + A's partial + B's, rounded once
+              float* mine_k = dkv[Phase::dkv_buffer(k)].as<float>() + ko;
+              float* mine_v = dkv[Phase::dkv_buffer(k)].as<float>() + kv_org + ko;
+              const DeviceBuffer* ak = kept_k[size_t(j)] ? &pa_k[j] : nullptr;
+              const DeviceBuffer* av = kept_k[size_t(j)] ? &pa_v[j] : nullptr;
+              const DeviceBuffer* bk = np ? &pk[j][0] : nullptr;
+              const DeviceBuffer* bv = np ? &pv[j][0] : nullptr;
+              if (!ak && !bk) {  // no own pair on this slot (cannot happen: its diagonal is visible)
+                convert_kernel<T><<<elem_blocks(n), 256, 0, cs>>>(mine_k, dk.as<T>() + ko, n);
+                FL_CUDA(cudaGetLastError());
+                convert_kernel<T><<<elem_blocks(n), 256, 0, cs>>>(mine_v, dv.as<T>() + ko, n);
+                FL_CUDA(cudaGetLastError());
+                break;
+              }
+              sum(mine_k, ak ? *ak : *bk, ak ? bk : nullptr, dk.as<T>() + ko, n, true);
+              sum(mine_v, av ? *av : *bv, av ? bv : nullptr, dv.as<T>() + ko, n, true);
+              break;
+            }
           }
-          T* out_k = G == 1 ? dk.as<T>() + ko : nullptr;
-          T* out_v = G == 1 ? dv.as<T>() + ko : nullptr;
-          sum(sum_k, pk[j][0], np == 2 ? &pk[j][1] : nullptr, out_k, n, s >= 1);
-          sum(sum_v, pv[j][0], np == 2 ? &pv[j][1] : nullptr, out_v, n, s >= 1);
         }
-        FL_CUDA(cudaEventRecord(comp_end[size_t(s)], cs));
-      }
-      if (G > 1) {
-        // The last hop: the sum finished at step G − 1 (origin r + 1) goes to its owner; ours arrives.
-        FL_CUDA(cudaStreamWaitEvent(xs, comp_end[size_t(G - 1)], 0));
-        FL_CUDA(cudaEventRecord(comm_begin[size_t(G)], xs));
-        FL_NCCL(ncclGroupStart());
-        FL_NCCL(ncclSend(dkv[(G - 1) % 2].get(), 2 * size_t(P.kv_elems(P.origin(r, G - 1))), ncclFloat32, next(), comm, xs));
-        FL_NCCL(ncclRecv(dkv[G % 2].get(), 2 * size_t(P.kv_elems(r)), ncclFloat32, prev(), comm, xs));
-        FL_NCCL(ncclGroupEnd());
-        FL_CUDA(cudaEventRecord(comm_end[size_t(G)], xs));
-        FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(G)], 0));
-        const DeviceBuffer& mine = dkv[G % 2];
-        const int64_t kn = P.kv_elems(r);
-        convert_kernel<T><<<elem_blocks(kn), 256, 0, cs>>>(mine.as<float>(), dk.as<T>(), kn);
-        FL_CUDA(cudaGetLastError());
-        convert_kernel<T><<<elem_blocks(kn), 256, 0, cs>>>(mine.as<float>() + kn, dv.as<T>(), kn);
-        FL_CUDA(cudaGetLastError());
+        if (ph.dkv != DkvRole::finish) FL_CUDA(cudaEventRecord(comp_end[size_t(k)], cs));
       }
       for (int i = 0; i < S; ++i) {
         if (pairs_q[size_t(i)] > 0) continue;  // written by the step or by the slot's last sum
@@ -702,8 +746,12 @@ struct Rank {
   }
 
   // ---- Timing ------------------------------------------------------------------------------------
+  // The backward's entries are its phases (plan.hpp): own keys part A, steps 1 … G − 1, own keys part
+  // B (its compute is its pairs, which the final hop runs beside; the pass after the hop is in no
+  // entry); a phase whose transfer moves nothing (G = 2: step 1) has no transfer entry (0).
   void time(bool backward, Timing* rep) {
-    const int steps = backward && G > 1 ? G + 1 : G;
+    const int steps = backward ? int(bphases.size()) : G;
+    auto moved = [&](int s) { return backward ? bphases[size_t(s)].moves() : G > 1 && s < G - 1; };
     std::vector<double> total, busy;
     std::vector<std::vector<double>> comp(static_cast<size_t>(steps)), xfer(static_cast<size_t>(steps));
     for (int it = 0; it < cfg.warmup + cfg.reps; ++it) {
@@ -717,13 +765,10 @@ struct Rank {
       total.push_back(t);
       double b = 0;
       for (int s = 0; s < steps; ++s) {
-        if (s < G) {
-          FL_CUDA(cudaEventElapsedTime(&t, comp_begin[size_t(s)], comp_end[size_t(s)]));
-          comp[size_t(s)].push_back(t);
-          b += t;
-        }
-        const bool moved = G > 1 && (backward || s < G - 1);
-        if (moved) {
+        FL_CUDA(cudaEventElapsedTime(&t, comp_begin[size_t(s)], comp_end[size_t(s)]));
+        comp[size_t(s)].push_back(t);
+        b += t;
+        if (moved(s)) {
           FL_CUDA(cudaEventElapsedTime(&t, comm_begin[size_t(s)], comm_end[size_t(s)]));
           xfer[size_t(s)].push_back(t);
         }
@@ -747,7 +792,7 @@ struct Rank {
     for (int s = 0; s < steps; ++s) {
       rep->compute_ms[s] = median(comp[size_t(s)]);
       rep->transfer_ms[s] = median(xfer[size_t(s)]);
-      rep->pairs[s] = s < G ? int(P.pairs(r, s).size()) : 0;
+      rep->pairs[s] = int(backward ? bphases[size_t(s)].pairs.size() : P.pairs(r, s).size());
     }
   }
 };

@@ -16,16 +16,20 @@ constexpr int kMaxRanks = 16;           // single host: 8 GPUs is the usual most
 constexpr int kUniqueIdBytes = 128;     // NCCL_UNIQUE_ID_BYTES (ring.cu checks that they agree)
 
 /// One pass (forward or backward) timed on one rank: medians over the timed repetitions (ms). total:
-/// from the start to the end of the ring on the compute stream; busy: the sum of the compute of all ring
-/// steps; per ring step s: compute (the local kernels and merges of step s, from the arrival of its
-/// K|V) and transfer (the NCCL group of step s on its own stream, from the moment the stream may start
-/// it: a wait for the peer counts as transfer).
+/// from the start to the end of the ring on the compute stream; busy: the sum of the compute of all
+/// entries; per entry s: compute (the local kernels, merges and sums of it, from the arrival of its K|V;
+/// a wait for an incoming dK, dV sum counts as compute) and transfer (the NCCL group beside it on its
+/// own stream, from the moment the stream may start it: a wait for the peer counts as transfer; 0 where
+/// nothing moves). The forward's entries are its ring steps 0 … G − 1; the backward's are its phases
+/// (plan.hpp's Phase: one for G = 1, else G + 1: own keys part A, ring steps 1 … G − 1, own keys part
+/// B beside the final hop of the dK, dV sums; part B's compute is its pairs only, so the hop hides while
+/// it is shorter, and the pass that writes dK, dV after the hop is in no entry).
 struct Timing {
   int reps = 0;
   double total_median = 0, total_min = 0, total_p90 = 0, busy_median = 0;
-  int steps = 0;               // ring steps with entries below (G, or G + 1 for the backward's last dK, dV hop)
+  int steps = 0;               // entries below
   double compute_ms[kMaxRanks + 1] = {}, transfer_ms[kMaxRanks + 1] = {};
-  int pairs[kMaxRanks + 1] = {};  // pairs computed at each step (0: the rank idles there)
+  int pairs[kMaxRanks + 1] = {};  // pairs computed in each entry (0: the rank idles there)
 };
 
 /// What one rank reports back to the launcher through shared memory: plain data only (it crosses a
