@@ -2,7 +2,7 @@
 //
 // One process per GPU ("rank"), each holding its slots of Q, K, V, O, L (plan.hpp says which part of
 // the sequence). The local attention is a ladder step called through its StepImpl (08i_pingpong
-// forward and 09e_instruction_budget backward on Hopper): this step adds the ring and the merge, nothing else.
+// forward and 09f_dq_writer backward on Hopper): this step adds the ring and the merge, nothing else.
 //
 // Forward, ring step s = 0 … G − 1 (two streams: compute `cs` and transfer `xs`, events between them):
 //   xs: one NCCL group: send the K|V in hand (origin r − s) to rank r + 1, receive origin r − s − 1 from
@@ -163,13 +163,13 @@ const Step* pick_step(const std::string& name, bool backward, const std::vector<
     if (!why.empty()) throw Error("rank " + std::to_string(rank) + ": " + why);
     return s;
   }
-  // The ladder's last rungs for long sequences, newest first: on Hopper 08i (forward) and 09e (backward),
+  // The ladder's last rungs for long sequences, newest first: on Hopper 08i (forward) and 09f (backward),
   // elsewhere the last ones that accept every pair. (Step 10, split-KV, is a decode step for short Nq.)
   // Not 08k: a persistent kernel holds every SM for the whole launch, so NCCL's send/recv kernel on the
   // transfer stream would wait for the product instead of running under it. (08j's plain kernel is 08i.)
   // Then any other GPU step, from the end of the list.
   const std::vector<std::string> preferred =
-      backward ? std::vector<std::string>{"09e_instruction_budget", "09c_tma_warpspec", "09b_wgmma", "09_backward"}
+      backward ? std::vector<std::string>{"09f_dq_writer", "09e_instruction_budget", "09c_tma_warpspec", "09b_wgmma", "09_backward"}
                : std::vector<std::string>{"08i_pingpong", "08h_tma_warpspec", "08g_smem_epilogue", "08d_exp2_tuned"};
   std::vector<const Step*> order;
   for (const std::string& f : preferred)
