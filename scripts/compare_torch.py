@@ -398,7 +398,9 @@ def main():
             s["o"] = torch.empty_like(s["q"], requires_grad=False)
             s["lse"] = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
         poison = lambda s: (s["o"].fill_(float("nan")), s["lse"].fill_(float("nan")))
+        ours = fwd = None
         for step in fwd_steps:
+            ours = fwd = None  # the previous step's workspace back to the cache first: every step gets the same addresses
             ours = Ours(lib, step, B, H, N, d, causal, dt)
             fwd = lambda s, ours=ours: ours.forward(s["q"], s["k"], s["v"], s["o"], s["lse"])
             tol_used = None
@@ -429,13 +431,24 @@ def main():
                 print(f"  {name} N={N} d={d} causal={causal}: {e}", file=sys.stderr)
         # backward: each step of --bwd-step, then torch FLASH's, on the same inputs
         bwd_steps = [x for x in args.bwd_step.split(",") if x]
+        # Every backward step of a point runs on the same buffers at the same addresses: O, dQ, dK, dV are
+        # allocated once here, and a step's workspace is returned to PyTorch's cache before the next
+        # step's (the same size, so the same block). Allocated per step, the second step's buffers and
+        # workspace sat elsewhere, and at non-causal N = 16384 (B 1, d 128) whichever step was timed
+        # second ran 5-10% slower: 09f 453 against 09e 495 TFLOP/s, and 09f 500 against 09e 486 with the
+        # order swapped (H100, run 53, docs/results/explorations/2026-11-26-h100-run53-order-*.jsonl); the
+        # program's own timing (cudaMalloc'd buffers) gave 09f 498-501 against 09e 493-497 in both orders.
+        if bwd_steps:
+            for s in sets:
+                s["o9"] = torch.empty_like(s["o"])
+                s["dq"], s["dk"], s["dv"] = (torch.empty_like(s["o"]) for _ in range(3))
+        ob = obd = bwd = bwd_d = None
         for step in bwd_steps:
             try:
+                ob = obd = bwd = bwd_d = None  # (the lambdas hold the step too)
                 ob = Ours(lib, step, B, H, N, d, causal, dt)
                 for s in sets:
-                    s["o9"] = torch.empty_like(s["o"])
                     ob.forward(s["q"], s["k"], s["v"], s["o9"], s["lse"])
-                    s["dq"], s["dk"], s["dv"] = (torch.empty_like(s["o"]) for _ in range(3))
                 bwd = lambda s, ob=ob: ob.backward(s["q"], s["k"], s["v"], s["o9"], s["lse"], s["do"], s["dq"], s["dk"], s["dv"])
                 bwd_used = None
                 if N <= args.check_max_n:  # dQ, dK, dV against autograd through math in fp64
@@ -456,6 +469,7 @@ def main():
                 if step in args.bwd_deterministic.split(","):  # the same backward, dQ added in a fixed order
                     lib.fl_set_deterministic(1)
                     try:
+                        ob = bwd = None
                         obd = Ours(lib, step, B, H, N, d, causal, dt)  # its workspace, with the mode on
                         bwd_d = lambda s, ob=obd: ob.backward(s["q"], s["k"], s["v"], s["o9"], s["lse"], s["do"],
                                                              s["dq"], s["dk"], s["dv"])
