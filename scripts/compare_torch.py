@@ -433,11 +433,13 @@ def main():
         bwd_steps = [x for x in args.bwd_step.split(",") if x]
         # Every backward step of a point runs on the same buffers at the same addresses: O, dQ, dK, dV are
         # allocated once here, and a step's workspace is returned to PyTorch's cache before the next
-        # step's (the same size, so the same block). Allocated per step, the second step's buffers and
-        # workspace sat elsewhere, and at non-causal N = 16384 (B 1, d 128) whichever step was timed
-        # second ran 5-10% slower: 09f 453 against 09e 495 TFLOP/s, and 09f 500 against 09e 486 with the
-        # order swapped (H100, run 53, docs/results/explorations/2026-11-26-h100-run53-order-*.jsonl); the
-        # program's own timing (cudaMalloc'd buffers) gave 09f 498-501 against 09e 493-497 in both orders.
+        # step's (the same size, so the same block), so that no step is timed on other addresses than
+        # the one before it. This was meant to remove an order effect and did not: at non-causal
+        # N = 16384 (B 1, d 64 and 128) whichever step is timed second runs 3-9% slower, with per-step
+        # buffers (H100, run 54: 09f 453 against 09e 495 TFLOP/s at d 128; swapped, 09f 500 against 09e
+        # 486) and with these (run 55: 460 against 503; swapped, 505 against 490), while the program's
+        # own timing gave 09f 498-501 against 09e 493-497 in both orders (run 54). The cause is not found;
+        # compare two steps at that point in both orders (docs/results/explorations/README.md).
         if bwd_steps:
             for s in sets:
                 s["o9"] = torch.empty_like(s["o"])
