@@ -116,6 +116,15 @@ def time_launches(fn, sets, warmup, reps, before=None, lead_in_cycles=0, settle_
     return {"median_ms": med, "min_ms": ms[0], "p90_ms": ms[max(math.ceil(0.9 * n), 1) - 1], "reps": n}
 
 
+def judged_first(steps):
+    """The order in which the steps of one point are timed: the last listed (the one whose ratios the
+    table reports and scripts/bars.py judges) first, then the others in their order. At non-causal
+    N = 16384 a backward step timed second at a point ran 3-9% slower than timed first, in either order
+    of two steps (H100, runs 54-55), and timed first it matched the program's own timing; so the step
+    that is judged is not the one that pays for the order."""
+    return steps[-1:] + steps[:-1]
+
+
 def make_sets(B, H, N, d, dt, nsets, grad):
     tdt = DTYPES[dt][0]
     g = torch.Generator(device="cuda").manual_seed(1)
@@ -316,11 +325,12 @@ def main():
     ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
     ap.add_argument("--fwd-step", default="08i_pingpong,08j_variants,08k_persistent",
                     help="our forward steps to compare, comma-separated (--fwd-step= for none: a backward-only run); "
-                         "the ratio columns are the last one's")
+                         "the ratio columns are the last one's, and it is timed first at each point")
     ap.add_argument("--bwd-deterministic", default="09e_instruction_budget,09f_dq_writer",
                     help="backward steps also timed in their deterministic mode (records: impl STEP+deterministic)")
     ap.add_argument("--bwd-step", default="09d_variants,09e_instruction_budget,09f_dq_writer",
-                    help="our backward steps to compare, comma-separated ('' to skip); the ratio column is the last one's")
+                    help="our backward steps to compare, comma-separated ('' to skip); the ratio column is the last one's, "
+                         "and it is timed first at each point")
     ap.add_argument("--json", default="", help="append JSON records here")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
@@ -399,7 +409,7 @@ def main():
             s["lse"] = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
         poison = lambda s: (s["o"].fill_(float("nan")), s["lse"].fill_(float("nan")))
         ours = fwd = None
-        for step in fwd_steps:
+        for step in judged_first(fwd_steps):
             ours = fwd = None  # the previous step's workspace back to the cache first: every step gets the same addresses
             ours = Ours(lib, step, B, H, N, d, causal, dt)
             fwd = lambda s, ours=ours: ours.forward(s["q"], s["k"], s["v"], s["o"], s["lse"])
@@ -445,7 +455,7 @@ def main():
                 s["o9"] = torch.empty_like(s["o"])
                 s["dq"], s["dk"], s["dv"] = (torch.empty_like(s["o"]) for _ in range(3))
         ob = obd = bwd = bwd_d = None
-        for step in bwd_steps:
+        for step in judged_first(bwd_steps):
             try:
                 ob = obd = bwd = bwd_d = None  # (the lambdas hold the step too)
                 ob = Ours(lib, step, B, H, N, d, causal, dt)
