@@ -103,6 +103,13 @@ def parse_ladder(root: str) -> list[Step]:
     return steps
 
 
+def shown(path: str, root: str) -> str:
+    """A record file as a generated page names it: relative to the repository root when inside it,
+    else its base name (so that a page does not carry this machine's absolute paths)."""
+    rel = os.path.relpath(os.path.abspath(path), root)
+    return os.path.basename(path) if rel.startswith("..") else rel
+
+
 def read_jsonl(path: str, refuse):
     """(where, record) for each non-blank line of a JSON-lines file, where = "path:line". A file that
     cannot be read, a line that is not JSON or not a JSON object goes to refuse(message), which must

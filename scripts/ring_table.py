@@ -56,9 +56,7 @@ def refuse(msg: str):
 
 
 def shown(path: str) -> str:
-    """A record file as the block names it: relative to the repository when inside it."""
-    rel = os.path.relpath(os.path.abspath(path), ROOT)
-    return os.path.basename(path) if rel.startswith("..") else rel
+    return flr.shown(path, ROOT)
 
 
 def number(x) -> bool:

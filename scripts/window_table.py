@@ -58,9 +58,7 @@ def refuse(msg: str):
 
 
 def shown(path: str) -> str:
-    """A record file as the page names it: relative to the repository when inside it."""
-    rel = os.path.relpath(os.path.abspath(path), ROOT)
-    return os.path.basename(path) if rel.startswith("..") else rel
+    return flr.shown(path, ROOT)
 
 
 @functools.lru_cache(maxsize=None)
