@@ -51,6 +51,13 @@ struct Tiles {
   static constexpr int kStageBytes = 2 * B_c * d * 2, kQBytes = B_r * d * 2;
   static constexpr int kStages = (227 * 1024 - kQBytes - 2048) / kStageBytes < 3
                                      ? (227 * 1024 - kQBytes - 2048) / kStageBytes : 3;
+  // Q_i buffers: two where they fit beside the stages (d = 64: 2·16 or 2·24 KiB beside 96), so that the
+  // producer loads the next tile's Q_i a whole tile ahead; one at d = 128 and 256, where a second Q_i
+  // would cost a stage. With one, the next Q_i can be loaded only after this tile's last S_ij, and the
+  // consumers wait out its latency at every tile: at d = 64, causal, N = 2048 (8.5 key blocks a tile
+  // on average) that was 0.89× cuDNN, which has the same 384 threads and 168 registers but 18 KiB more
+  // shared memory (ncu, H100, this session's call 1; the README's measured effect).
+  static constexpr int kQBufs = 2 * kQBytes + kStages * kStageBytes + 2048 <= 227 * 1024 ? 2 : 1;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // 128·24 + 256·240 = 64 512 (two consumers), 128·24 + 384·160 = 64 512 (three) of 65 536.
   static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
@@ -106,12 +113,12 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // The 128-byte swizzle is applied to address bits, so every panel starts on a 1024-byte boundary.
   unsigned char* smem = smem_raw + (1024 - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) % 1024) % 1024;
-  T* Q_s = reinterpret_cast<T*>(smem);   // Q_i: d/P panels [B_r][P] in shared memory
-  T* K_buf = Q_s + B_r * d;              // K_j ring: [kStages] × d/P panels [B_c][P]
+  T* Q_s = reinterpret_cast<T*>(smem);   // Q_i: [kQBufs] × d/P panels [B_r][P] in shared memory
+  T* K_buf = Q_s + Tl::kQBufs * B_r * d;  // K_j ring: [kStages] × d/P panels [B_c][P]
   T* V_buf = K_buf + kStages * B_c * d;  // V_j ring: [kStages] × d/P panels [B_c][P]
-  uint64_t* full_Q = reinterpret_cast<uint64_t*>(V_buf + kStages * B_c * d);  // Q_i has landed
-  uint64_t* empty_Q = full_Q + 1;       // every consumer warp has issued its last S_ij of this Q_i
-  uint64_t* full_K = empty_Q + 1;       // [kStages]: K_j has landed in stage s
+  uint64_t* full_Q = reinterpret_cast<uint64_t*>(V_buf + kStages * B_c * d);  // [kQBufs]: Q_i has landed
+  uint64_t* empty_Q = full_Q + Tl::kQBufs;  // [kQBufs]: every consumer warp has issued its last S_ij of this Q_i
+  uint64_t* full_K = empty_Q + Tl::kQBufs;  // [kStages]: K_j has landed in stage s
   uint64_t* full_V = full_K + kStages;  // [kStages]: V_j has landed in stage s
   uint64_t* empty_K = full_V + kStages;    // [kStages]: every consumer warp is done reading K_j of stage s
   uint64_t* empty_V = empty_K + kStages;   // [kStages]: … and V_j
@@ -186,8 +193,10 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   auto next_tile = [&](int t) { return !causal ? t + int(gridDim.x) : t % 2 == 0 ? t + 1 : t - 1 + 2 * int(gridDim.x); };
 
   if (threadIdx.x == 0) {  // the barriers, before either role touches them
-    tma::init(full_Q, 1);
-    tma::init(empty_Q, 4 * kConsumers);       // one arrival per consumer warp
+    for (int q = 0; q < Tl::kQBufs; ++q) {
+      tma::init(&full_Q[q], 1);
+      tma::init(&empty_Q[q], 4 * kConsumers);  // one arrival per consumer warp
+    }
     for (int s = 0; s < kStages; ++s) {
       tma::init(&full_K[s], 1);               // the producer's one arrive_expect_tx (+ the bytes)
       tma::init(&full_V[s], 1);
@@ -204,7 +213,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
     tma::regs_dec<Tl::kProducerRegs>();
     if (threadIdx.x == 0) {
       int blocks = 0;  // K/V blocks loaded so far, over every tile: the ring's position and parity
-      int n = 0;       // tiles so far: Q_i's parity
+      int n = 0;       // tiles so far: Q_i's buffer n % kQBufs and its parity
       int tails = 0;   // seqused_k: the blocks landed on tail_V so far, its parity
       for (int tt = first_tile(); tt < n_tiles; tt = next_tile(tt), ++n) {
         const Tile x = tile_of(tt);
@@ -213,11 +222,13 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
             --n;
             continue;
           }
-        tma::wait(empty_Q, (n & 1) ^ 1);  // the previous tile's Q_i is no longer read
-        tma::arrive_expect_tx(full_Q, B_r * d * sizeof(T));
+        const int qb = n % Tl::kQBufs;  // the tile kQBufs before this one has released its buffer
+        tma::wait(&empty_Q[qb], (n / Tl::kQBufs & 1) ^ 1);
+        tma::arrive_expect_tx(&full_Q[qb], B_r * d * sizeof(T));
 #pragma unroll
         for (int p = 0; p < d / P; ++p)  // the (batch, head) slice; packed, the head
-          tma::load_3d(Q_s + p * B_r * P, &tm_Q, p * P, q_tok + x.i0, int(packed ? x.bh % H : x.bh), full_Q);
+          tma::load_3d(Q_s + qb * B_r * d + p * B_r * P, &tm_Q, p * P, q_tok + x.i0, int(packed ? x.bh % H : x.bh),
+                       &full_Q[qb]);
         const int h = int(x.bh % H);
         // The (batch, K/V head) slice (GQA/MQA); packed, the K/V head.
         const int kv = int(packed ? h / (H / H_kv) : x.bh / H * H_kv + h / (H / H_kv));
@@ -273,7 +284,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   int i0 = 0;      // first row of Q_i
   int row0 = 0;    // this thread's row g, as a row of Q (where softmax does not recompute it)
   float slope = 0.f;  // ALiBi: the head's slope, in the units of S_ij when it is biased (08j)
-  const T* Q_c = Q_s + 64 * c * P;                // this consumer's 64 rows within each panel of Q_i
+  const T* Q_c = Q_s;  // this consumer's 64 rows within each panel of the tile's Q_i (set per tile)
 
   // Pingpong (FA3 §3.1): the consumers take turns issuing their products. Consumer c waits at named
   // barrier 3 + c for its turn, issues, and hands the turn on at 3 + (c + 1) % kConsumers; its softmax
@@ -392,7 +403,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   uint32_t a[B_c / 16][4];  // P̃_i,j−1 as the A operand: in flight in the product while S_ij is worked on
   float alpha[2];           // the rescale of O_i's rows g, g + 8 for the block just softmaxed
   int blocks = 0;           // K/V blocks consumed so far, over every tile
-  int n_tile = 0;           // tiles so far: Q_i's parity
+  int n_tile = 0;           // tiles so far: Q_i's buffer and parity
   for (int tt = first_tile(); tt < n_tiles; tt = next_tile(tt), ++n_tile) {
     const Tile x = tile_of(tt);
     if constexpr ((kV & kVarlen) != 0)
@@ -416,7 +427,9 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
     }
     auto stage = [&](int j) { return (blocks + j) % kStages; };
     auto parity = [&](int j) { return uint32_t((blocks + j) / kStages & 1); };
-    tma::wait(full_Q, n_tile & 1);  // Q_i has landed (lines 4–5)
+    const int qb = n_tile % Tl::kQBufs;
+    Q_c = Q_s + qb * B_r * d + 64 * c * P;
+    tma::wait(&full_Q[qb], n_tile / Tl::kQBufs & 1);  // Q_i has landed (lines 4–5)
     if (T_c > 0) {                   // prologue: S_i0 alone, there is no product before it
       tma::wait(&full_K[stage(0)], parity(0));
       my_turn();
@@ -452,7 +465,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
         }
       pack(S_ij, a);  // a is free: the product that read it is complete
     }
-    release(empty_Q);  // every S_ij of this tile is complete: the producer may load the next Q_i
+    release(&empty_Q[qb]);  // every S_ij of this tile is complete: the buffer may take a later Q_i
     if (T_c > 0) {     // epilogue of the pipeline: the last block's product
       const int s_last = stage(T_c - 1);
       tma::wait(&full_V[s_last], parity(T_c - 1));
@@ -526,8 +539,10 @@ void launch(const Problem& p, const ForwardArgs& a) {
                                                 B_c, "K", p.kv_stride(), vl ? d : 0);
   const CUtensorMap tm_V = tma::make_tensor_map(a.v, bf16, vl ? p.H_kv : p.B * p.H_kv, vl ? p.total_k() : p.Nk, d,
                                                 B_c, "V", p.kv_stride(), vl ? d : 0);
-  // Q_i, the K and V rings, 3 + 4·kStages barriers of 8 bytes (tail_V: seqused_k's); 1024 for the panels' alignment.
-  const size_t smem = size_t(B_r + 2 * kStages * B_c) * d * sizeof(T) + 8 * (3 + 4 * kStages) + 1024;
+  // Q_i's buffers, the K and V rings, 2·kQBufs + 1 + 4·kStages barriers of 8 bytes (tail_V: seqused_k's);
+  // 1024 for the panels' alignment.
+  constexpr int kQBufs = Tl::kQBufs;
+  const size_t smem = size_t(kQBufs * B_r + 2 * kStages * B_c) * d * sizeof(T) + 8 * (2 * kQBufs + 1 + 4 * kStages) + 1024;
   auto kernel = attention_kernel<T, d, B_c, kV, kC>;
   allow_smem(kernel, smem);
   // One block per SM (each takes an SM's shared memory and registers), or one per tile if fewer.
