@@ -396,14 +396,73 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
     if (lane == 0) tma::arrive(empty);
   };
 
+  // ---- Epilogue (lines 12–15) of a finished tile: O_i = diag(ℓ_i)⁻¹ O_i, L_i = τ m_i + log ℓ_i, rows past
+  // Nq not stored. O_i leaves from registers: the thread's two neighbouring columns in one 4-byte store
+  // (Q_i's shared tile, 08g's staging buffer, may already hold a later tile's Q_i). Where it goes is
+  // taken when the tile ends (Out), because the next tile's tile_of moves Nq and the sequence's offsets.
+  struct Out {
+    T* O_g;      // O_i: [min(B_r, Nq − i0)][d] in HBM, rows ld_O apart (packed: H·d, else d)
+    float* L_g;  // L_i: [min(B_r, Nq − i0)] in HBM
+    int rows;    // Nq − i0: the rows of Q_i that exist
+  };
+  auto out_of = [&](const Tile& x) {
+    const int64_t h = x.bh % H;
+    return Out{O + (packed ? (int64_t(q_tok) + x.i0) * H + h : int64_t(x.bh) * Nq + x.i0) * d,
+               L + (packed ? h * var.total_q + q_tok : int64_t(x.bh) * Nq) + x.i0, Nq - x.i0};
+  };
+  auto store = [&](const Out& o, const float (&m)[2], const float (&l_part)[2]) {
+    const int64_t ld_O = packed ? H * d : d;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = l_part[r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);  // the quad's 4 partial sums: the row's ℓ_i
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      // ℓ_i = 0 only for a row that sees no key: then O = 0 and L = +∞, so the backward's exp(S − L) is 0.
+      const float inv_l = l > 0.f ? 1.f / l : 0.f;
+      const int row = 64 * c + 16 * warp + g + 8 * r;  // within Q_i
+      if (row < o.rows) {
+#pragma unroll
+        for (int n = 0; n < d / 8; ++n)
+          *reinterpret_cast<uint32_t*>(o.O_g + int64_t(row) * ld_O + 8 * n + 2 * t) =
+              mma::pack2<T>(O_i[n][2 * r] * inv_l, O_i[n][2 * r + 1] * inv_l);
+        if (t == 0) o.L_g[row] = log_sum_exp(m[r], l, kV & kSoftcap ? 1.f : scale, z_log2);
+      }
+    }
+  };
+
   // ---- The tiles of this thread block, and in each the main loop (lines 6–11) of 08j: while the
   // softmax of S_ij runs, the tensor cores compute O_i += P̃_i,j−1 V_j−1. The j-th block of the block's
   // life lives in stage j % kStages (parity j / kStages), counted across tiles as the producer does.
+  // Across tiles the loop does not stop: a tile's last product, O_i += P̃ V of its last block, is issued
+  // beside the next tile's first S_ij and runs under that S_ij's softmax, and the tile's epilogue
+  // follows it. Stopping at each tile (the last product alone, then the epilogue, then the first
+  // S_ij alone and its softmax with nothing beside it) left the tensor cores idle for about one softmax
+  // per tile: at d = 64, causal, N = 2048 a tile has 8.5 key blocks on average (README).
   float S_ij[B_c / 8][4];   // S_ij[n][2r + e] = S[64c + 16w + g + 8r][8n + 2t + e], then P̃_ij
   uint32_t a[B_c / 16][4];  // P̃_i,j−1 as the A operand: in flight in the product while S_ij is worked on
   float alpha[2];           // the rescale of O_i's rows g, g + 8 for the block just softmaxed
   int blocks = 0;           // K/V blocks consumed so far, over every tile
   int n_tile = 0;           // tiles so far: Q_i's buffer and parity
+  // The tile whose last product is not issued yet (pending): P̃ of its last block is in a, its V_j in
+  // stage s_pend (parity ph_pend), its O_i in O_i, its m_i, ℓ_i in m_i, l_i until the next tile's
+  // softmax (then in m_pend, l_pend), its destination in pend.
+  bool pending = false;
+  int s_pend = 0;
+  uint32_t ph_pend = 0;
+  Out pend{};
+  float m_pend[2], l_pend[2];
+  auto flush = [&] {  // the pending tile's last product alone, and its epilogue
+    if (!pending) return;
+    tma::wait(&full_V[s_pend], ph_pend);
+    my_turn();
+    issue_PV(a, V_buf + s_pend * B_c * d);
+    next_turn();
+    wgmma::wait<0>();
+    wgmma::pin(reinterpret_cast<float(&)[d / 2]>(O_i));
+    release(&empty_V[s_pend]);
+    store(pend, m_i, l_i);
+    pending = false;
+  };
   for (int tt = first_tile(); tt < n_tiles; tt = next_tile(tt), ++n_tile) {
     const Tile x = tile_of(tt);
     if constexpr ((kV & kVarlen) != 0)
@@ -416,31 +475,45 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
     row0 = i0 + 64 * c + warp * 16 + g;
     if constexpr ((kV & kAlibi) != 0)
       slope = var.slopes[x.bh / H * var.slopes_b + x.bh % H] / (kV & kSoftcap ? 1.f : scale);
-#pragma unroll
-    for (int n = 0; n < d / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) O_i[n][e] = 0.f;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      m_i[r] = -INFINITY;
-      l_i[r] = 0.f;  // over this thread's columns only; the row's 4 threads add theirs at the end
-    }
     auto stage = [&](int j) { return (blocks + j) % kStages; };
     auto parity = [&](int j) { return uint32_t((blocks + j) / kStages & 1); };
     const int qb = n_tile % Tl::kQBufs;
     Q_c = Q_s + qb * B_r * d + 64 * c * P;
     tma::wait(&full_Q[qb], n_tile / Tl::kQBufs & 1);  // Q_i has landed (lines 4–5)
-    if (T_c > 0) {                   // prologue: S_i0 alone, there is no product before it
+    if (T_c == 0) flush();  // no S_ij to put beside the pending product
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      m_pend[r] = m_i[r], l_pend[r] = l_i[r];  // the pending tile's, for its epilogue below
+      m_i[r] = -INFINITY;
+      l_i[r] = 0.f;  // over this thread's columns only; the row's 4 threads add theirs at the end
+    }
+    if (T_c > 0) {  // prologue: S_i0, beside the pending tile's last product (if any)
       tma::wait(&full_K[stage(0)], parity(0));
       my_turn();
       issue_S(S_ij, K_buf + stage(0) * B_c * d);
+      if (pending) {
+        tma::wait(&full_V[s_pend], ph_pend);
+        issue_PV(a, V_buf + s_pend * B_c * d);
+      }
       next_turn();
-      wgmma::wait<0>();
+      if (pending) wgmma::wait<1>();  // S_i0 is complete; the pending product may still run
+      else wgmma::wait<0>();
       wgmma::pin(reinterpret_cast<float(&)[B_c / 2]>(S_ij));
       release(&empty_K[stage(0)]);
-      softmax(S_ij, j_first * B_c, alpha);  // O_i = 0: nothing to rescale
-      pack(S_ij, a);
+      softmax(S_ij, j_first * B_c, alpha);  // O_i starts at 0: nothing to rescale
+      if (pending) {
+        wgmma::wait<0>();  // the pending tile's O_i is complete: its epilogue
+        wgmma::pin(reinterpret_cast<float(&)[d / 2]>(O_i));
+        release(&empty_V[s_pend]);
+        store(pend, m_pend, l_pend);
+        pending = false;
+      }
     }
+#pragma unroll
+    for (int n = 0; n < d / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) O_i[n][e] = 0.f;
+    if (T_c > 0) pack(S_ij, a);
     for (int j = 1; j < T_c; ++j) {
       const int s = stage(j), s_prev = stage(j - 1);
       tma::wait(&full_K[s], parity(j));  // line 7: K_j has landed
@@ -466,42 +539,16 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
       pack(S_ij, a);  // a is free: the product that read it is complete
     }
     release(&empty_Q[qb]);  // every S_ij of this tile is complete: the buffer may take a later Q_i
-    if (T_c > 0) {     // epilogue of the pipeline: the last block's product
-      const int s_last = stage(T_c - 1);
-      tma::wait(&full_V[s_last], parity(T_c - 1));
-      my_turn();
-      issue_PV(a, V_buf + s_last * B_c * d);
-      next_turn();
-      wgmma::wait<0>();
-      wgmma::pin(reinterpret_cast<float(&)[d / 2]>(O_i));
-      release(&empty_V[s_last]);
+    if (T_c > 0) {          // the last block's product waits for the next tile's first S_ij (or flush)
+      pending = true;
+      s_pend = stage(T_c - 1), ph_pend = parity(T_c - 1);
+      pend = out_of(x);
+    } else {
+      store(out_of(x), m_i, l_i);  // a tile that sees no key: O = 0, L = +∞
     }
     blocks += T_c;
-
-    // ---- Epilogue (lines 12–15): O_i = diag(ℓ_i)⁻¹ O_i, L_i = τ m_i + log ℓ_i, rows past Nq not
-    // stored. O_i leaves from registers: the thread's two neighbouring columns in one 4-byte store
-    // (Q_i's shared tile, 08g's staging buffer, may already hold the next tile's Q_i).
-    const int64_t h = x.bh % H;
-    T* O_g = O + (packed ? (int64_t(q_tok) + i0) * H + h : int64_t(x.bh) * Nq + i0) * d;  // O_i: [min(B_r, Nq − i0)][d]
-    const int64_t ld_O = packed ? H * d : d;                                               //   in HBM, rows ld_O apart
-    float* L_g = L + (packed ? h * var.total_q + q_tok : int64_t(x.bh) * Nq) + i0;        // L_i: [min(B_r, Nq − i0)] in HBM
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float l = l_i[r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);  // the quad's 4 partial sums: the row's ℓ_i
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      // ℓ_i = 0 only for a row that sees no key: then O = 0 and L = +∞, so the backward's exp(S − L) is 0.
-      const float inv_l = l > 0.f ? 1.f / l : 0.f;
-      const int row = 64 * c + 16 * warp + g + 8 * r;  // within Q_i
-      if (i0 + row < Nq) {
-#pragma unroll
-        for (int n = 0; n < d / 8; ++n)
-          *reinterpret_cast<uint32_t*>(O_g + int64_t(row) * ld_O + 8 * n + 2 * t) =
-              mma::pack2<T>(O_i[n][2 * r] * inv_l, O_i[n][2 * r + 1] * inv_l);
-        if (t == 0) L_g[row] = log_sum_exp(m_i[r], l, kV & kSoftcap ? 1.f : scale, z_log2);
-      }
-    }
   }
+  flush();  // the last tile's last product and epilogue
   if (c == 0) my_turn();  // the last consumer's final hand-over: every named barrier ends complete
 #endif
 }
