@@ -307,14 +307,18 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
     wgmma::commit();
   };
   // Line 10, second half: O_i += P̃_ij V_j, B_c/16 k-steps of 16 keys, d/P wgmma m64n64k16 each, one group.
-  auto issue_PV = [&](const uint32_t (&a)[B_c / 16][4], const T* V_s) {
+  // fresh: the tile's first product, O_i = P̃_ij V_j (its first k-step ignores O_i's old contents).
+  // O_i is never zeroed by ordinary instructions: between tiles its registers hold the previous
+  // tile's product until that tile's epilogue, and a zeroing there made ptxas serialize every wgmma
+  // of the kernel (C7515, "non wgmma instructions defining accumulator registers"; 0.6× its base).
+  auto issue_PV = [&](const uint32_t (&a)[B_c / 16][4], const T* V_s, bool fresh) {
     wgmma::fence();  // the rescaled O_i and the packed P̃_ij are written before the tensor cores read them
 #pragma unroll
     for (int k = 0; k < B_c / 16; ++k)
 #pragma unroll
       for (int p = 0; p < d / P; ++p)  // V_j rows 16k.. of panel p: 16 rows of 2P bytes further on
         wgmma::mma_rs<T, P>(reinterpret_cast<float(&)[P / 2]>(O_i[p * P / 8]), a[k],
-                            wgmma::desc<P>(V_s + p * B_c * P + 16 * k * P, B_c * P * sizeof(T)));
+                            wgmma::desc<P>(V_s + p * B_c * P + 16 * k * P, B_c * P * sizeof(T)), k > 0 || !fresh);
     wgmma::commit();
   };
   // Line 9 on S_ij of the block at key j0: the variants' logits, the mask, then the online softmax of
@@ -423,8 +427,8 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
       if (row < o.rows) {
 #pragma unroll
         for (int n = 0; n < d / 8; ++n)
-          *reinterpret_cast<uint32_t*>(o.O_g + int64_t(row) * ld_O + 8 * n + 2 * t) =
-              mma::pack2<T>(O_i[n][2 * r] * inv_l, O_i[n][2 * r + 1] * inv_l);
+          *reinterpret_cast<uint32_t*>(o.O_g + int64_t(row) * ld_O + 8 * n + 2 * t) =  // (a tile that sees no
+              l > 0.f ? mma::pack2<T>(O_i[n][2 * r] * inv_l, O_i[n][2 * r + 1] * inv_l) : 0u;  // key: O_i is stale)
         if (t == 0) o.L_g[row] = log_sum_exp(m[r], l, kV & kSoftcap ? 1.f : scale, z_log2);
       }
     }
@@ -446,7 +450,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   // The tile whose last product is not issued yet (pending): P̃ of its last block is in a, its V_j in
   // stage s_pend (parity ph_pend), its O_i in O_i, its m_i, ℓ_i in m_i, l_i until the next tile's
   // softmax (then in m_pend, l_pend), its destination in pend.
-  bool pending = false;
+  bool pending = false, fresh_pend = false;  // fresh_pend: that product is its tile's only one
   int s_pend = 0;
   uint32_t ph_pend = 0;
   Out pend{};
@@ -455,7 +459,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
     if (!pending) return;
     tma::wait(&full_V[s_pend], ph_pend);
     my_turn();
-    issue_PV(a, V_buf + s_pend * B_c * d);
+    issue_PV(a, V_buf + s_pend * B_c * d, fresh_pend);
     next_turn();
     wgmma::wait<0>();
     wgmma::pin(reinterpret_cast<float(&)[d / 2]>(O_i));
@@ -491,36 +495,37 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
       tma::wait(&full_K[stage(0)], parity(0));
       my_turn();
       issue_S(S_ij, K_buf + stage(0) * B_c * d);
+      // The waits below are the same on both paths (ptxas serializes every wgmma of the kernel where
+      // a path may leave a product in flight into registers that ordinary instructions then write:
+      // 08k's first version of this, waits chosen by `pending`, ran at 0.6× its base, H100, call 3 of
+      // 2026-11-26): with nothing pending, an empty group stands in for the product.
       if (pending) {
         tma::wait(&full_V[s_pend], ph_pend);
-        issue_PV(a, V_buf + s_pend * B_c * d);
+        issue_PV(a, V_buf + s_pend * B_c * d, fresh_pend);
+      } else {
+        wgmma::commit();
       }
       next_turn();
-      if (pending) wgmma::wait<1>();  // S_i0 is complete; the pending product may still run
-      else wgmma::wait<0>();
+      wgmma::wait<1>();  // S_i0 is complete; the pending product may still run
       wgmma::pin(reinterpret_cast<float(&)[B_c / 2]>(S_ij));
       release(&empty_K[stage(0)]);
       softmax(S_ij, j_first * B_c, alpha);  // O_i starts at 0: nothing to rescale
+      wgmma::wait<0>();  // the pending tile's O_i is complete: its epilogue
       if (pending) {
-        wgmma::wait<0>();  // the pending tile's O_i is complete: its epilogue
         wgmma::pin(reinterpret_cast<float(&)[d / 2]>(O_i));
         release(&empty_V[s_pend]);
         store(pend, m_pend, l_pend);
         pending = false;
       }
     }
-#pragma unroll
-    for (int n = 0; n < d / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) O_i[n][e] = 0.f;
-    if (T_c > 0) pack(S_ij, a);
+    if (T_c > 0) pack(S_ij, a);  // O_i starts with the first product (fresh)
     for (int j = 1; j < T_c; ++j) {
       const int s = stage(j), s_prev = stage(j - 1);
       tma::wait(&full_K[s], parity(j));  // line 7: K_j has landed
       my_turn();
       issue_S(S_ij, K_buf + s * B_c * d);           // S_ij …
       tma::wait(&full_V[s_prev], parity(j - 1));    // (V_j−1 has landed)
-      issue_PV(a, V_buf + s_prev * B_c * d);        // … and O_i += P̃_i,j−1 V_j−1, both in flight
+      issue_PV(a, V_buf + s_prev * B_c * d, j == 1);  // … and O_i += P̃_i,j−1 V_j−1, both in flight
       next_turn();
       wgmma::wait<1>();  // S_ij is complete; the product into O_i may still run
       wgmma::pin(reinterpret_cast<float(&)[B_c / 2]>(S_ij));
@@ -541,7 +546,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
     release(&empty_Q[qb]);  // every S_ij of this tile is complete: the buffer may take a later Q_i
     if (T_c > 0) {          // the last block's product waits for the next tile's first S_ij (or flush)
       pending = true;
-      s_pend = stage(T_c - 1), ph_pend = parity(T_c - 1);
+      s_pend = stage(T_c - 1), ph_pend = parity(T_c - 1), fresh_pend = T_c == 1;
       pend = out_of(x);
     } else {
       store(out_of(x), m_i, l_i);  // a tile that sees no key: O = 0, L = +∞

@@ -104,9 +104,11 @@ template <class T, int N>
 __device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, bool accumulate);
 
 /// D[64][N] += A[64][16] · B[16][N], A from registers (the mma.m16n8k16 A layout per warp), B from
-/// shared memory MN-major (O_i += P̃_ij V_j, V_j stored [keys][d]).
+/// shared memory MN-major (O_i += P̃_ij V_j, V_j stored [keys][d]). accumulate = false ignores D's old
+/// contents (08k: the first product of a tile, instead of zeroing O_i with ordinary instructions).
 template <class T, int N>
-__device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b);
+__device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b,
+                                       bool accumulate = true);
 
 #define FL_WGMMA_SS(N, REGS, ACC, NA, NB, NS)                                                        \
   template <>                                                                                       \
@@ -129,19 +131,19 @@ __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4]
 #define FL_WGMMA_RS(N, REGS, ACC, A0, A1, A2, A3, NB, NS)                                               \
   template <>                                                                                       \
   __device__ __forceinline__ void mma_rs<__half, N>(float(&d)[N / 2], const uint32_t(&a)[4],        \
-                                                    uint64_t b) {                                   \
+                                                    uint64_t b, bool accumulate) {                  \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #NS ", 0;\n"                                  \
                  "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 " REGS                    \
                  ", {%" #A0 ", %" #A1 ", %" #A2 ", %" #A3 "}, %" #NB ", p, 1, 1, 1;\n}\n"             \
-                 : ACC : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));              \
+                 : ACC : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate))); \
   }                                                                                                 \
   template <>                                                                                       \
   __device__ __forceinline__ void mma_rs<__nv_bfloat16, N>(float(&d)[N / 2], const uint32_t(&a)[4], \
-                                                           uint64_t b) {                            \
+                                                           uint64_t b, bool accumulate) {           \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #NS ", 0;\n"                                  \
                  "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " REGS                  \
                  ", {%" #A0 ", %" #A1 ", %" #A2 ", %" #A3 "}, %" #NB ", p, 1, 1, 1;\n}\n"             \
-                 : ACC : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));              \
+                 : ACC : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate))); \
   }
 
 /// D[64][N] (+)= A[64][16] · B[16][N], A and B from shared memory, both MN-major (transposed: M, N
