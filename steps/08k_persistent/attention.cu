@@ -7,9 +7,12 @@
 // causal), and those fixed costs kept 08j at 0.85–0.86× cuDNN (H100, run 26). FlashAttention-3 (Shah et al.
 // 2024, §3 and its code's tile scheduler) launches one block per SM instead, each walking the tiles
 // blockIdx.x, blockIdx.x + gridDim.x, …:
-//   - the producer runs ahead across tiles: it loads the next tile's Q_i as soon as the consumers have
-//     issued their last S_ij = Q_i K_jᵀ of this one, and the next tile's K_j, V_j into the stages as they
-//     free up, so the next tile starts on data that has already landed;
+//   - the producer runs ahead across tiles: it loads the next tile's Q_i into a second buffer where one
+//     fits (d = 64), else as soon as the consumers have issued their last S_ij = Q_i K_jᵀ of this one,
+//     and the next tile's K_j, V_j into the stages as they free up, so the next tile starts on data
+//     that has already landed;
+//   - the consumers run across tiles too: a tile's last O_i += P̃ V_j is issued beside the next tile's
+//     first S_ij and runs under its softmax, and the finished tile's epilogue follows;
 //   - the ring's stage and parity count K/V blocks over the block's whole life, not per tile; Q_i gets
 //     an empty barrier of its own;
 //   - O_i leaves from registers (4-byte stores of the accumulator's pairs) instead of through Q_i's
@@ -54,9 +57,10 @@ struct Tiles {
   // Q_i buffers: two where they fit beside the stages (d = 64: 2·16 or 2·24 KiB beside 96), so that the
   // producer loads the next tile's Q_i a whole tile ahead; one at d = 128 and 256, where a second Q_i
   // would cost a stage. With one, the next Q_i can be loaded only after this tile's last S_ij, and the
-  // consumers wait out its latency at every tile: at d = 64, causal, N = 2048 (8.5 key blocks a tile
-  // on average) that was 0.89× cuDNN, which has the same 384 threads and 168 registers but 18 KiB more
-  // shared memory (ncu, H100, this session's call 1; the README's measured effect).
+  // consumers wait out its latency at every tile. At d = 64, causal, N = 2048 (8.5 key blocks a tile on
+  // average) 08k ran at 0.88–0.90× cuDNN, whose kernel has the same 384 threads and 168 registers but
+  // 18 KiB more shared memory (ncu, H100, run 57); the second buffer alone gave 0.89–0.92 (run 58), and
+  // with the consumers running across tiles 0.96–0.97 (run 60; the README).
   static constexpr int kQBufs = 2 * kQBytes + kStages * kStageBytes + 2048 <= 227 * 1024 ? 2 : 1;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // 128·24 + 256·240 = 64 512 (two consumers), 128·24 + 384·160 = 64 512 (three) of 65 536.
