@@ -55,7 +55,8 @@ struct Tiles {
   static constexpr int kStages = (227 * 1024 - kQBytes - 2048) / kStageBytes < 3
                                      ? (227 * 1024 - kQBytes - 2048) / kStageBytes : 3;
   // Q_i buffers: two where they fit beside the stages (d = 64: 2·16 or 2·24 KiB beside 96), so that the
-  // producer loads the next tile's Q_i a whole tile ahead; one at d = 128 and 256, where a second Q_i
+  // producer loads the next tile's Q_i as soon as it has issued this tile's last K_j, V_j (up to
+  // kStages blocks before the tile ends); one at d = 128 and 256, where a second Q_i
   // would cost a stage. With one, the next Q_i can be loaded only after this tile's last S_ij, and the
   // consumers wait out its latency at every tile. At d = 64, causal, N = 2048 (8.5 key blocks a tile on
   // average) 08k ran at 0.88–0.90× cuDNN, whose kernel has the same 384 threads and 168 registers but
