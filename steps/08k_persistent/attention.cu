@@ -315,7 +315,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   // fresh: the tile's first product, O_i = P̃_ij V_j (its first k-step ignores O_i's old contents).
   // O_i is never zeroed by ordinary instructions: between tiles its registers hold the previous
   // tile's product until that tile's epilogue, and a zeroing there made ptxas serialize every wgmma
-  // of the kernel (C7515, "non wgmma instructions defining accumulator registers"; 0.6× its base).
+  // of the kernel (C7515, "non wgmma instructions defining accumulator registers"; 0.6× its base, run 59).
   auto issue_PV = [&](const uint32_t (&a)[B_c / 16][4], const T* V_s, bool fresh) {
     wgmma::fence();  // the rescaled O_i and the packed P̃_ij are written before the tensor cores read them
 #pragma unroll
@@ -500,10 +500,8 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
       tma::wait(&full_K[stage(0)], parity(0));
       my_turn();
       issue_S(S_ij, K_buf + stage(0) * B_c * d);
-      // The waits below are the same on both paths (ptxas serializes every wgmma of the kernel where
-      // a path may leave a product in flight into registers that ordinary instructions then write:
-      // 08k's first version of this, waits chosen by `pending`, ran at 0.6× its base, H100, call 3 of
-      // 2026-11-26): with nothing pending, an empty group stands in for the product.
+      // Two groups on both paths, so that the waits below are the same: with nothing pending, an
+      // empty group stands in for the product.
       if (pending) {
         tma::wait(&full_V[s_pend], ph_pend);
         issue_PV(a, V_buf + s_pend * B_c * d, fresh_pend);
@@ -514,7 +512,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
       wgmma::wait<1>();  // S_i0 is complete; the pending product may still run
       wgmma::pin(reinterpret_cast<float(&)[B_c / 2]>(S_ij));
       release(&empty_K[stage(0)]);
-      softmax(S_ij, j_first * B_c, alpha);  // O_i starts at 0: nothing to rescale
+      softmax(S_ij, j_first * B_c, alpha);  // alpha unused: the tile's first product starts O_i
       wgmma::wait<0>();  // the pending tile's O_i is complete: its epilogue
       if (pending) {
         wgmma::pin(reinterpret_cast<float(&)[d / 2]>(O_i));
