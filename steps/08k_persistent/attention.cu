@@ -60,7 +60,7 @@ struct Tiles {
   // would cost a stage. With one, the next Q_i can be loaded only after this tile's last S_ij, and the
   // consumers wait out its latency at every tile. At d = 64, causal, N = 2048 (8.5 key blocks a tile on
   // average) 08k ran at 0.88–0.90× cuDNN, whose kernel has the same 384 threads and 168 registers but
-  // 18 KiB more shared memory (ncu, H100, run 57); the second buffer alone gave 0.89–0.92 (run 58), and
+  // 18 KB more shared memory (ncu, H100, run 57); the second buffer alone gave 0.89–0.92 (run 58), and
   // with the consumers running across tiles 0.96–0.97 (run 60; the README).
   static constexpr int kQBufs = 2 * kQBytes + kStages * kStageBytes + 2048 <= 227 * 1024 ? 2 : 1;
   static constexpr int kThreads = 128 * (kConsumers + 1);
