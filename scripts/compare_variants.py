@@ -158,9 +158,9 @@ def main():
         try:
             o, lse = torch.empty_like(q), torch.empty(lse_shape, device="cuda", dtype=torch.float32)
             ours = ct.Ours(lib, args.fwd_step, B, H, N, d, causal, dt)
-            fwd = lambda s: ours.forward(q, k, v, o, lse)
+            fwd = lambda s: ours.forward(q, k, v, o, lse, poison_ws=False)  # poisoned untimed, in `before`
             t = ct.time_launches(fwd, [None], args.warmup, args.reps,
-                                 before=lambda s: (o.fill_(float("nan")), lse.fill_(float("nan"))))
+                                 before=lambda s: (o.fill_(float("nan")), lse.fill_(float("nan")), ours.poison_ws()))
             o_ours = o.clone()
             if not torch.isfinite(o_ours).all():
                 failures.append(f"{args.fwd_step} {name} N={N}: non-finite output")
@@ -168,9 +168,9 @@ def main():
             ob = ct.Ours(lib, args.bwd_step, B, H, N, d, causal, dt)
             o9, dq, dk, dv = (torch.empty_like(q) for _ in range(4))
             ob.forward(q, k, v, o9, lse)
-            bwd = lambda s: ob.backward(q, k, v, o9, lse, do, dq, dk, dv)
+            bwd = lambda s: ob.backward(q, k, v, o9, lse, do, dq, dk, dv, poison_ws=False)
             t = ct.time_launches(bwd, [None], args.warmup, args.reps,
-                                 before=lambda s: [x.fill_(float("nan")) for x in (dq, dk, dv)])
+                                 before=lambda s: ([x.fill_(float("nan")) for x in (dq, dk, dv)], ob.poison_bwd_ws()))
             if not all(torch.isfinite(x).all() for x in (dq, dk, dv)):
                 failures.append(f"{args.bwd_step} {name} N={N}: non-finite gradient")
             row["ours_bwd"] = emit(args.bwd_step, "bwd", t)

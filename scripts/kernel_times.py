@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""flashladder — scripts/kernel_times.py: where a backward's time goes, kernel by kernel, for one of our
+steps and for PyTorch's FLASH and cuDNN backends on the same inputs.
+
+Each side runs --reps times under torch.profiler (CUPTI's kernel records: the GPU's own start and end
+of every kernel, no replay); the table gives each kernel's mean duration per call and their sum, beside
+the median wall time of a whole call by CUDA events in a separate loop (the kernels plus the gaps
+between them). Poisoning our outputs and workspace runs before each timed call, outside the events,
+and not at all in the profiled calls.
+
+  python3 scripts/kernel_times.py --lib build-gpu/libflashladder_capi.so --step 09f_dq_writer \\
+      -B 4 -H 16 -N 4096 -d 128 [--causal] [--json out.jsonl]
+
+Nothing here is a bar: scripts/compare_torch.py times the comparison that bars.py judges.
+"""
+import argparse
+import json
+import sys
+from collections import defaultdict
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from compare_torch import DTYPES, Ours, load  # noqa: E402
+
+
+def short(name, width=90):
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def profile(fn, before, reps):
+    """Mean duration (µs) per call of each kernel fn launches, and of each call by CUDA events."""
+    for _ in range(3):  # warm-up (module loads, cuDNN's plan)
+        before()
+        fn()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    walls = []
+    for _ in range(reps):
+        before()
+        start.record()
+        fn()
+        stop.record()
+        torch.cuda.synchronize()
+        walls.append(start.elapsed_time(stop) * 1e3)
+    # Profiled: fn alone, so that every kernel recorded is one of fn's (our poisoning is left out; the
+    # step initialises what it accumulates into, which the GPU tests check with the poison on).
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    totals, counts = defaultdict(float), defaultdict(int)
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        totals[e.name] += e.time_range.elapsed_us()  # a kernel record: its GPU start to end
+        counts[e.name] += 1
+    walls.sort()
+    return {k: (totals[k] / reps, counts[k] / reps) for k in totals}, walls[len(walls) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
+    ap.add_argument("--step", default="09f_dq_writer", help="our backward step")
+    ap.add_argument("-B", type=int, default=4)
+    ap.add_argument("-H", type=int, default=16)
+    ap.add_argument("-N", type=int, default=4096)
+    ap.add_argument("-d", type=int, default=128)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--dtype", default="fp16", choices=sorted(DTYPES))
+    ap.add_argument("--reps", type=int, default=20, help="calls of each side (default 20)")
+    ap.add_argument("--json", help="append one JSON line per side")
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("kernel_times.py: needs a CUDA device")
+    if a.reps < 1:
+        sys.exit(f"kernel_times.py: --reps must be at least 1 (got {a.reps})")
+    lib = load(a.lib)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q, k, v, do = (torch.randn(a.B, a.H, a.N, a.d, device="cuda", generator=g).add_(0.5).to(DTYPES[a.dtype][0])
+                   for _ in range(4))
+    o = torch.empty_like(q)
+    lse = torch.empty(a.B, a.H, a.N, device="cuda", dtype=torch.float32)
+    ob = Ours(lib, a.step, a.B, a.H, a.N, a.d, a.causal, a.dtype)
+    ob.forward(q, k, v, o, lse)
+    dq, dk, dv = (torch.empty_like(q) for _ in range(3))
+
+    def poison_ours():
+        for x in (dq, dk, dv):
+            x.fill_(float("nan"))
+        ob.poison_bwd_ws()
+
+    sides = [(a.step, lambda: ob.backward(q, k, v, o, lse, do, dq, dk, dv, poison_ws=False), poison_ours)]
+    for name, backend in (("torch_flash", SDPBackend.FLASH_ATTENTION), ("torch_cudnn", SDPBackend.CUDNN_ATTENTION)):
+        qg, kg, vg = (x.detach().requires_grad_(True) for x in (q, k, v))
+        with sdpa_kernel(backend):
+            out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=a.causal)
+        sides.append((name, lambda out=out, qg=qg, kg=kg, vg=vg: torch.autograd.grad(out, (qg, kg, vg), do,
+                                                                                     retain_graph=True),
+                      lambda: None))
+    dev = torch.cuda.get_device_name()
+    print(f"# {dev}; backward, B {a.B}, H {a.H}, N {a.N}, d {a.d}, {'causal' if a.causal else 'non-causal'}, "
+          f"{a.dtype}; {a.reps} calls each; µs per call")
+    for name, fn, before in sides:
+        kernels, wall = profile(fn, before, a.reps)
+        total = sum(t for t, _ in kernels.values())
+        print(f"\n## {name}: {wall:.1f} µs per call (CUDA events), kernels {total:.1f} µs")
+        print("| kernel | launches per call | µs per call | share |")
+        print("|---|--:|--:|--:|")
+        for kname, (t, c) in sorted(kernels.items(), key=lambda kv: -kv[1][0]):
+            print(f"| `{short(kname)}` | {c:g} | {t:.1f} | {t / total:.1%} |")
+        if a.json:
+            with open(a.json, "a") as f:
+                f.write(json.dumps({"device": dev, "side": name, "B": a.B, "H": a.H, "N": a.N, "d": a.d,
+                                    "causal": a.causal, "dtype": a.dtype, "reps": a.reps, "wall_us": wall,
+                                    "kernels_us": {kn: t for kn, (t, _) in kernels.items()}}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
