@@ -89,12 +89,18 @@ class Ours:
                                          dv.data_ptr(), self.ws[1].data_ptr(), stream))
 
 
-def time_launches(fn, sets, warmup, reps, before=None, lead_in_cycles=0, settle_ms=0.0):
-    """CUDA events around each launch; before(i) runs untimed first (e.g. poisoning). lead_in_cycles > 0
-    queues a GPU sleep of that many clocks before the start event, so that the GPU is still busy when
-    the host has queued the launch: the events then time the GPU's work, not the host's call overhead
-    (the decode sweep's kernels take microseconds, as long as a Python call). settle_ms > 0: before the
-    warm-up, launch untimed until that much wall time has passed (every implementation gets the same)."""
+def time_launches(fn, sets, warmup, reps, before=None, lead_in_cycles=None, settle_ms=0.0):
+    """CUDA events around each launch; before(i) runs untimed first (e.g. poisoning). A GPU sleep of
+    lead_in_cycles clocks (default LEAD_IN, ~1 ms; 0 for none) is queued before the start event, so that
+    the GPU is still busy when the host has queued the launch: the events then time the GPU's work, not
+    the host's call overhead. Every side of every comparison is timed this way. Without it (the FA2
+    sweep until run 64), the GPU sat idle at the start event while the host prepared the call: torch's
+    autograd backward spent ~0.3 ms there (H100, B 4, H 16, N 4096, d 128: cuDNN's kernels 2516 µs,
+    its call 2875 µs; scripts/kernel_times.py, run 64), and our side hid its own host time behind the
+    poisoning fills of `before`, so the comparison favoured us. settle_ms > 0: before the warm-up,
+    launch untimed until that much wall time has passed (every implementation gets the same)."""
+    if lead_in_cycles is None:
+        lead_in_cycles = LEAD_IN
     if settle_ms > 0:
         t0 = time.perf_counter()
         it = 0

@@ -4,8 +4,9 @@ steps and for PyTorch's FLASH and cuDNN backends on the same inputs.
 
 Each side runs --reps times under torch.profiler (CUPTI's kernel records: the GPU's own start and end
 of every kernel, no replay); the table gives each kernel's mean duration per call and their sum, beside
-the median wall time of a whole call by CUDA events in a separate loop (the kernels plus the gaps
-between them). Poisoning our outputs and workspace runs before each timed call, outside the events,
+the median time of a whole call by CUDA events in a separate loop (the kernels plus the gaps between
+them; the GPU is kept busy by a sleep queued before the start event, as compare_torch times, unless
+--no-lead-in). Poisoning our outputs and workspace runs before each timed call, outside the events,
 and not at all in the profiled calls.
 
   python3 scripts/kernel_times.py --lib build-gpu/libflashladder_capi.so --step 09f_dq_writer \\
@@ -23,15 +24,16 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from compare_torch import DTYPES, Ours, load  # noqa: E402
+from compare_torch import DTYPES, LEAD_IN, Ours, load  # noqa: E402
 
 
 def short(name, width=90):
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
-def profile(fn, before, reps):
-    """Mean duration (µs) per call of each kernel fn launches, and of each call by CUDA events."""
+def profile(fn, before, reps, lead_in):
+    """Mean duration (µs) per call of each kernel fn launches, and the median of each call by CUDA events
+    (with a GPU sleep of lead_in clocks queued before the start event, as compare_torch times)."""
     for _ in range(3):  # warm-up (module loads, cuDNN's plan)
         before()
         fn()
@@ -40,6 +42,8 @@ def profile(fn, before, reps):
     walls = []
     for _ in range(reps):
         before()
+        if lead_in:
+            torch.cuda._sleep(lead_in)
         start.record()
         fn()
         stop.record()
@@ -73,6 +77,9 @@ def main():
     ap.add_argument("--dtype", default="fp16", choices=sorted(DTYPES))
     ap.add_argument("--reps", type=int, default=20, help="calls of each side (default 20)")
     ap.add_argument("--json", help="append one JSON line per side")
+    ap.add_argument("--no-lead-in", action="store_true",
+                    help="time the calls with the GPU idle at the start event (the host's call time included), "
+                         "as compare_torch did until run 64")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("kernel_times.py: needs a CUDA device")
@@ -103,9 +110,10 @@ def main():
                       lambda: None))
     dev = torch.cuda.get_device_name()
     print(f"# {dev}; backward, B {a.B}, H {a.H}, N {a.N}, d {a.d}, {'causal' if a.causal else 'non-causal'}, "
-          f"{a.dtype}; {a.reps} calls each; µs per call")
+          f"{a.dtype}; {a.reps} calls each; µs per call; calls timed "
+          f"{'with the GPU idle at the start' if a.no_lead_in else 'behind a GPU sleep (host time hidden)'}")
     for name, fn, before in sides:
-        kernels, wall = profile(fn, before, a.reps)
+        kernels, wall = profile(fn, before, a.reps, 0 if a.no_lead_in else LEAD_IN)
         total = sum(t for t, _ in kernels.values())
         print(f"\n## {name}: {wall:.1f} µs per call (CUDA events), kernels {total:.1f} µs")
         print("| kernel | launches per call | µs per call | share |")
@@ -115,7 +123,7 @@ def main():
         if a.json:
             with open(a.json, "a") as f:
                 f.write(json.dumps({"device": dev, "side": name, "B": a.B, "H": a.H, "N": a.N, "d": a.d,
-                                    "causal": a.causal, "dtype": a.dtype, "reps": a.reps, "wall_us": wall,
+                                    "causal": a.causal, "dtype": a.dtype, "reps": a.reps, "wall_us": wall, "lead_in": not a.no_lead_in,
                                     "kernels_us": {kn: t for kn, (t, _) in kernels.items()}}) + "\n")
 
 
