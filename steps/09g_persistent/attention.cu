@@ -450,7 +450,9 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
       }
       int kind = kNone;
       for (int tt; kind != kWork && (tt = tile(k)) >= 0; ++k)
-        if ((kind = take(tt)) == kZero) zero_rows(tid, 256);
+        // (only a window or per-sequence lengths make a tile without products: without the test, the
+        // plain kernel's zero_rows cost ptxas a 16-byte spill at d = 128)
+        if ((kind = take(tt)) == kZero && (kV & (kWindow | kVarlen)) != 0) zero_rows(tid, 256);
       if (kind != kWork) break;
       it = 0;
 #pragma unroll
