@@ -150,6 +150,22 @@ def make_sets(B, H, N, d, dt, nsets, grad):
     return sets
 
 
+def run_env():
+    """The fields every record carries about the run: device, SM count, CUDA, driver, commit, date, torch."""
+    props = torch.cuda.get_device_properties(0)
+    commit = os.environ.get("FLASHLADDER_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
+    env = {"device": props.name, "sm_count": props.multi_processor_count, "cuda": torch.version.cuda,
+           "driver": "", "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "torch": torch.__version__}
+    try:
+        env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                       capture_output=True, text=True).stdout.strip().splitlines()[0]
+    except Exception:
+        pass
+    return env
+
+
 def flops(B, H, N, d, causal, bwd):
     f = 4.0 * B * H * N * N * d / (2 if causal else 1)
     return 2.5 * f if bwd else f
@@ -374,16 +390,7 @@ def main():
         sys.exit("compare_torch.py: needs a CUDA device")
     lib = load(args.lib)
     props = torch.cuda.get_device_properties(0)
-    commit = os.environ.get("FLASHLADDER_COMMIT") or subprocess.run(
-        ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
-    env = {"device": props.name, "sm_count": props.multi_processor_count, "cuda": torch.version.cuda,
-           "driver": "", "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-           "torch": torch.__version__}
-    try:
-        env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                       capture_output=True, text=True).stdout.strip().splitlines()[0]
-    except Exception:
-        pass
+    env = run_env()
     out = open(args.json, "a") if args.json else None
     l2 = getattr(props, "L2_cache_size", 60 << 20)
 

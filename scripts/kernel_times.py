@@ -16,6 +16,7 @@ Nothing here is a bar: scripts/compare_torch.py times the comparison that bars.p
 """
 import argparse
 import json
+import math
 import sys
 from collections import defaultdict
 
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from compare_torch import DTYPES, LEAD_IN, Ours, load  # noqa: E402
+from compare_torch import DTYPES, LEAD_IN, Ours, flops, load, run_env  # noqa: E402
 
 
 def short(name, width=90):
@@ -62,7 +63,10 @@ def profile(fn, before, reps, lead_in):
         totals[e.name] += e.time_range.elapsed_us()  # a kernel record: its GPU start to end
         counts[e.name] += 1
     walls.sort()
-    return {k: (totals[k] / reps, counts[k] / reps) for k in totals}, walls[len(walls) // 2]
+    n = len(walls)
+    t = {"median_ms": walls[n // 2] / 1e3, "min_ms": walls[0] / 1e3, "p90_ms": walls[max(math.ceil(0.9 * n), 1) - 1] / 1e3,
+         "reps": n}
+    return {k: (totals[k] / reps, counts[k] / reps) for k in totals}, t
 
 
 def main():
@@ -76,7 +80,8 @@ def main():
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--dtype", default="fp16", choices=sorted(DTYPES))
     ap.add_argument("--reps", type=int, default=20, help="calls of each side (default 20)")
-    ap.add_argument("--json", help="append one JSON line per side")
+    ap.add_argument("--json", help="append one record per side (docs/results' record, with kernels_us: "
+                                   "each kernel's µs per call)")
     ap.add_argument("--no-lead-in", action="store_true",
                     help="time the calls with the GPU idle at the start event (the host's call time included), "
                          "as compare_torch did until run 64")
@@ -108,12 +113,14 @@ def main():
         sides.append((name, lambda out=out, qg=qg, kg=kg, vg=vg: torch.autograd.grad(out, (qg, kg, vg), do,
                                                                                      retain_graph=True),
                       lambda: None))
-    dev = torch.cuda.get_device_name()
+    env = run_env()
+    dev = env["device"]
     print(f"# {dev}; backward, B {a.B}, H {a.H}, N {a.N}, d {a.d}, {'causal' if a.causal else 'non-causal'}, "
           f"{a.dtype}; {a.reps} calls each; µs per call; calls timed "
           f"{'with the GPU idle at the start' if a.no_lead_in else 'behind a GPU sleep (host time hidden)'}")
     for name, fn, before in sides:
-        kernels, wall = profile(fn, before, a.reps, 0 if a.no_lead_in else LEAD_IN)
+        kernels, t = profile(fn, before, a.reps, 0 if a.no_lead_in else LEAD_IN)
+        wall = t["median_ms"] * 1e3
         total = sum(t for t, _ in kernels.values())
         print(f"\n## {name}: {wall:.1f} µs per call (CUDA events), kernels {total:.1f} µs")
         print("| kernel | launches per call | µs per call | share |")
@@ -121,11 +128,13 @@ def main():
         for kname, (t, c) in sorted(kernels.items(), key=lambda kv: -kv[1][0]):
             print(f"| `{short(kname)}` | {c:g} | {t:.1f} | {t / total:.1%} |")
         if a.json:
+            rec = {"impl": name, "pass": "bwd", "dtype": a.dtype, "B": a.B, "H": a.H, "H_kv": a.H, "Nq": a.N,
+                   "Nk": a.N, "d": a.d, "causal": a.causal, **t,
+                   "tflops": flops(a.B, a.H, a.N, a.d, a.causal, True) / (t["median_ms"] * 1e-3) / 1e12,
+                   "tol_used": None, **env, "suite": "kernel_times", "lead_in": not a.no_lead_in,
+                   "kernels_us": {kn: kt for kn, (kt, _) in kernels.items()}}
             with open(a.json, "a") as f:
-                f.write(json.dumps({"device": dev, "side": name, "B": a.B, "H": a.H, "N": a.N, "d": a.d,
-                                    "causal": a.causal, "dtype": a.dtype, "reps": a.reps, "wall_us": wall, "lead_in": not a.no_lead_in,
-                                    "kernels_us": {kn: t for kn, (t, _) in kernels.items()}}) + "\n")
-
+                f.write(json.dumps(rec) + "\n")
 
 if __name__ == "__main__":
     main()

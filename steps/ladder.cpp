@@ -35,7 +35,6 @@ FL_GPU_STEP(s09c)
 FL_GPU_STEP(s09d)
 FL_GPU_STEP(s09e)
 FL_GPU_STEP(s09f)
-FL_GPU_STEP(s09g)
 FL_GPU_STEP(s10)
 #define FL_GPU(x) (&(x))
 
@@ -135,11 +134,6 @@ const std::vector<Step>& ladder() {
        "the dQ add off the consumers' path: a dQ writer warp takes the bulk adds and the deterministic turns, dQ_s "
        "in one half per consumer, dS double-buffered: the consumers meet once per iteration instead of twice",
        Where::gpu, true, kGpuTypes, WgmmaBwdD::list(), FL_GPU(s09f::impl), "09e", Arch::sm90a,
-       /*deterministic_backward=*/true, kWindow | kSoftcap | kAlibi | kVarlen | kSeqused},
-      {"09g", "09g_persistent",
-       "a persistent backward: one block per SM walks the column blocks (causal: in pairs of equal work), loading "
-       "the next K_j, V_j while the last tile's dK_j, dV_j are stored",
-       Where::gpu, true, kGpuTypes, WgmmaBwdD::list(), FL_GPU(s09g::impl), "09f", Arch::sm90a,
        /*deterministic_backward=*/true, kWindow | kSoftcap | kAlibi | kVarlen | kSeqused},
       {"10", "10_split_kv",
        "split-KV decoding: the keys split across thread blocks too, partials merged by the logsumexp rule; GQA heads packed into one tile",

@@ -12,8 +12,6 @@
 //   }
 #pragma once
 
-#include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -68,25 +66,6 @@ void allow_smem(Kernel kernel, size_t bytes) {
     throw Error("needs " + std::to_string(bytes) + " bytes of shared memory per block; this device allows " +
                 std::to_string(optin));
   FL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-}
-
-/// The grid of a persistent kernel (08k, 09g): one block per SM, or one per unit of work if there are
-/// fewer. FLASHLADDER_PERSISTENT_GRID, if set (the tests), caps it further: small problems (every
-/// variable-length test case) have fewer units than SMs, so each block would take one and the walk
-/// across units (empty ones skipped, the counters and parities carried over) would go untested.
-inline unsigned persistent_grid(int64_t units) {
-  int dev = 0, sms = 0;
-  FL_CUDA(cudaGetDevice(&dev));
-  FL_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  unsigned grid = unsigned(units < sms ? units : sms);
-  if (const char* e = std::getenv("FLASHLADDER_PERSISTENT_GRID"); e && *e) {
-    char* end = nullptr;
-    const long long v = std::strtoll(e, &end, 10);
-    if (*end != '\0' || v < 1)
-      throw Error(std::string("FLASHLADDER_PERSISTENT_GRID = '") + e + "' is not a whole number >= 1 (the most blocks)");
-    if (v < grid) grid = unsigned(v);
-  }
-  return grid;
 }
 
 }  // namespace fl

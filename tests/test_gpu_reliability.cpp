@@ -16,7 +16,6 @@
 
 #include "app/cases.hpp"  // PrintTo(const Step*): test names show the step, not an address
 #include "gpu_gate.hpp"
-#include "grid_env.hpp"
 #include "reference/verify.hpp"
 
 namespace fl::test {
@@ -335,51 +334,6 @@ TEST_P(DeterministicBackward, TwoHundredFiftyRunsBitwiseIdentical) {
     expect_runs_identical(*s, in, d, 250);
   }
 }
-
-// A persistent backward (09g) walks several tiles per block only where a problem has more tiles than
-// SMs; with FLASHLADDER_PERSISTENT_GRID = 3 every block walks about 12 here (36 tiles: 9 column blocks
-// × B·H_kv = 4): non-causal; causal, where the tiles go in pairs (j, T_c − 1 − j); and the
-// deterministic mode, where they go one by one and a block waits at a Q block for column blocks dealt
-// to the other two (a walk that waited for one of its own later tiles would hang until ctest's
-// timeout). Nq ≠ Nk, GQA, N not a multiple of the tiles; the oracle's answer, and in the deterministic
-// mode 5 runs bitwise identical.
-class PersistentBackward : public ::testing::TestWithParam<const Step*> {};
-
-TEST_P(PersistentBackward, WalksTilesWithThreeBlocks) {
-  FL_NEED_GPU();
-  const Step* s = GetParam();
-  const GridEnv env("3");
-  for (int64_t d : {int64_t(64), int64_t(128)})
-    for (bool causal : {false, true})
-      for (bool det : {false, true}) {
-        if (!s->supports_d(d)) continue;
-        Problem p;
-        p.B = 2; p.H = 4; p.H_kv = 2; p.Nq = 700; p.Nk = 1100; p.d = d; p.causal = causal; p.dtype = DType::f16;
-        p.deterministic = det;
-        ASSERT_EQ(s->refusal(p), "");
-        const Inputs in = make_inputs(p, 1600 + uint64_t(d) + 2 * causal + det);
-        SCOPED_TRACE(p.describe() + (det ? " deterministic" : ""));
-        if (det) {
-          expect_runs_identical(*s, in, d, 5);
-        } else {
-          const Outputs got = run_step(*s, in, true);
-          const Verdict v = verify(in, got, expected_for(in, true), true);
-          ASSERT_EQ(v.checks.size(), 5u);
-          for (const Check& c : v.checks) EXPECT_TRUE(c.pass) << s->folder << ": " << c.summary();
-        }
-      }
-}
-
-std::vector<const Step*> persistent_backward_steps() {
-  std::vector<const Step*> out;
-  for (const Step* s : gpu_steps(true))
-    if (s->folder.find("_persistent") != std::string::npos) out.push_back(s);
-  return out;
-}
-
-GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PersistentBackward);
-INSTANTIATE_TEST_SUITE_P(Steps, PersistentBackward, ::testing::ValuesIn(persistent_backward_steps()),
-                         [](const ::testing::TestParamInfo<const Step*>& i) { return i.param->folder; });
 
 // With a left window edge the column blocks that meet a Q block start at j_lo(i) > 0, so the turn order
 // of the deterministic mode is j − j_lo(i) (09d): a wrong j_lo waits for a turn that never comes (the

@@ -20,7 +20,6 @@
 #include "app/runner.hpp"
 #include "app/cases.hpp"  // PrintTo(const Step*)
 #include "gpu_gate.hpp"
-#include "grid_env.hpp"
 #include "reference/verify.hpp"
 
 namespace fl::test {
@@ -218,11 +217,32 @@ Problem problem_of(const VarlenCase& c) {
 struct VarlenParam {
   const VarlenCase* c;
   const Step* s;
-  std::string grid;  // "" = the step's own grid; otherwise FLASHLADDER_PERSISTENT_GRID (08k, 09g)
+  std::string grid;  // "" = the step's own grid; otherwise FLASHLADDER_PERSISTENT_GRID (08k only)
 };
 void PrintTo(const VarlenParam& x, std::ostream* os) {
   *os << x.c->name << " " << x.s->folder << (x.grid.empty() ? "" : " FLASHLADDER_PERSISTENT_GRID=" + x.grid);
 }
+
+// Sets FLASHLADDER_PERSISTENT_GRID for one test and restores it after ("" = unset).
+class GridEnv {
+ public:
+  explicit GridEnv(const std::string& value) {
+    if (const char* e = std::getenv(kName)) old_ = e, had_ = true;
+    if (value.empty()) unsetenv(kName);
+    else setenv(kName, value.c_str(), 1);
+  }
+  ~GridEnv() {
+    if (had_) setenv(kName, old_.c_str(), 1);
+    else unsetenv(kName);
+  }
+  GridEnv(const GridEnv&) = delete;
+  GridEnv& operator=(const GridEnv&) = delete;
+
+ private:
+  static constexpr const char* kName = "FLASHLADDER_PERSISTENT_GRID";
+  std::string old_;
+  bool had_ = false;
+};
 
 std::vector<VarlenParam> varlen_params() {
   std::vector<VarlenParam> out;
@@ -231,11 +251,10 @@ std::vector<VarlenParam> varlen_params() {
       const Problem p = problem_of(c);
       if (!s.gpu() || !s.supports_d(p.d) || !s.supports_dtype(p.dtype) || (variants_of(p) & ~s.variants) != 0) continue;
       out.push_back({&c, &s, ""});
-      // The persistent steps again with 1 and 3 blocks: these cases have fewer tiles than SMs, so with its
+      // The persistent step again with 1 and 3 blocks: these cases have fewer tiles than SMs, so with its
       // own grid each block takes one tile and the walk across tiles (an empty tile skipped by the
-      // producer and the consumers alike; 08k's tail_V parity, 09g's K_j/V_j barriers carried over)
-      // would go untested.
-      if (s.number == "08k" || s.number == "09g")
+      // producer and the consumers alike, tail_V's parity carried over) would go untested.
+      if (s.number == "08k")
         for (const char* g : {"1", "3"}) out.push_back({&c, &s, g});
     }
   return out;
@@ -280,7 +299,7 @@ INSTANTIATE_TEST_SUITE_P(Gpu, Varlen, ::testing::ValuesIn(varlen_params()),
                                   (i.param.grid.empty() ? "" : "_G" + i.param.grid);
                          });
 
-// The cases are well formed, and some GPU step runs them (08j, 08k, and 09d's to 09g's backward), in a build
+// The cases are well formed, and some GPU step runs them (08j, 08k, and 09d's, 09e's and 09f's backward), in a build
 // with the GPU steps.
 TEST(Varlen, CasesAreValidAndSomeStepRunsThem) {
   for (const VarlenCase& c : varlen_cases()) {
@@ -297,7 +316,7 @@ TEST(Varlen, CasesAreValidAndSomeStepRunsThem) {
   }
 }
 
-// The last rungs list them (08j and 08k forward, 09d to 09g forward and backward); every other GPU step refuses
+// The last rungs list them (08j and 08k forward, 09d, 09e and 09f forward and backward); every other GPU step refuses
 // variable length and seqused_k with the reason (step 10 lists seqused_k alone).
 TEST(Varlen, OtherStepsRefuseItWithTheReason) {
   for (const VarlenCase& c : varlen_cases()) {
@@ -313,7 +332,7 @@ TEST(Varlen, OtherStepsRefuseItWithTheReason) {
           << s.folder << ": " << why;
     }
   }
-  for (const char* number : {"08j", "08k", "09d", "09e", "09f", "09g"}) {
+  for (const char* number : {"08j", "08k", "09d", "09e", "09f"}) {
     const Step* s = find_step(number);
     ASSERT_NE(s, nullptr);
     EXPECT_EQ(s->variants & (kVarlen | kSeqused), unsigned(kVarlen | kSeqused)) << s->folder;
