@@ -119,22 +119,23 @@ def main():
           f"{a.dtype}; {a.reps} calls each; µs per call; calls timed "
           f"{'with the GPU idle at the start' if a.no_lead_in else 'behind a GPU sleep (host time hidden)'}")
     for name, fn, before in sides:
-        kernels, t = profile(fn, before, a.reps, 0 if a.no_lead_in else LEAD_IN)
-        wall = t["median_ms"] * 1e3
-        total = sum(t for t, _ in kernels.values())
+        kernels, tm = profile(fn, before, a.reps, 0 if a.no_lead_in else LEAD_IN)
+        wall = tm["median_ms"] * 1e3
+        total = sum(kt for kt, _ in kernels.values())
         print(f"\n## {name}: {wall:.1f} µs per call (CUDA events), kernels {total:.1f} µs")
         print("| kernel | launches per call | µs per call | share |")
         print("|---|--:|--:|--:|")
-        for kname, (t, c) in sorted(kernels.items(), key=lambda kv: -kv[1][0]):
-            print(f"| `{short(kname)}` | {c:g} | {t:.1f} | {t / total:.1%} |")
+        for kname, (kt, c) in sorted(kernels.items(), key=lambda kv: -kv[1][0]):
+            print(f"| `{short(kname)}` | {c:g} | {kt:.1f} | {kt / total:.1%} |")
         if a.json:
             rec = {"impl": name, "pass": "bwd", "dtype": a.dtype, "B": a.B, "H": a.H, "H_kv": a.H, "Nq": a.N,
-                   "Nk": a.N, "d": a.d, "causal": a.causal, **t,
-                   "tflops": flops(a.B, a.H, a.N, a.d, a.causal, True) / (t["median_ms"] * 1e-3) / 1e12,
+                   "Nk": a.N, "d": a.d, "causal": a.causal, **tm,
+                   "tflops": flops(a.B, a.H, a.N, a.d, a.causal, True) / (tm["median_ms"] * 1e-3) / 1e12,
                    "tol_used": None, **env, "suite": "kernel_times", "lead_in": not a.no_lead_in,
                    "kernels_us": {kn: kt for kn, (kt, _) in kernels.items()}}
             with open(a.json, "a") as f:
                 f.write(json.dumps(rec) + "\n")
+
 
 if __name__ == "__main__":
     main()
