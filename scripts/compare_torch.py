@@ -166,6 +166,24 @@ def run_env():
     return env
 
 
+def add_problem_args(ap):
+    """One problem's options for the single-shape scripts (profile_pair.py, kernel_times.py): the
+    headline problem by default."""
+    ap.add_argument("-B", type=int, default=4)
+    ap.add_argument("-H", type=int, default=16)
+    ap.add_argument("-N", type=int, default=4096)
+    ap.add_argument("-d", type=int, default=128)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--dtype", default="fp16", choices=sorted(DTYPES))
+
+
+def problem_inputs(a):
+    """Q, K, V, dO of the problem add_problem_args parsed: [B][H][N][d], seeded, with a non-zero mean."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    return tuple(torch.randn(a.B, a.H, a.N, a.d, device="cuda", generator=g).add_(0.5).to(DTYPES[a.dtype][0])
+                 for _ in range(4))
+
+
 def flops(B, H, N, d, causal, bwd):
     f = 4.0 * B * H * N * N * d / (2 if causal else 1)
     return 2.5 * f if bwd else f

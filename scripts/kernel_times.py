@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from compare_torch import DTYPES, LEAD_IN, Ours, flops, load, run_env  # noqa: E402
+from compare_torch import LEAD_IN, Ours, add_problem_args, flops, load, problem_inputs, run_env  # noqa: E402
 
 
 def short(name, width=90):
@@ -73,12 +73,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
     ap.add_argument("--step", default="09f_dq_writer", help="our backward step")
-    ap.add_argument("-B", type=int, default=4)
-    ap.add_argument("-H", type=int, default=16)
-    ap.add_argument("-N", type=int, default=4096)
-    ap.add_argument("-d", type=int, default=128)
-    ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--dtype", default="fp16", choices=sorted(DTYPES))
+    add_problem_args(ap)
     ap.add_argument("--reps", type=int, default=20, help="calls of each side (default 20)")
     ap.add_argument("--json", help="append one record per side (docs/results' record, with kernels_us: "
                                    "each kernel's µs per call)")
@@ -91,9 +86,7 @@ def main():
     if a.reps < 1:
         sys.exit(f"kernel_times.py: --reps must be at least 1 (got {a.reps})")
     lib = load(a.lib)
-    g = torch.Generator(device="cuda").manual_seed(1)
-    q, k, v, do = (torch.randn(a.B, a.H, a.N, a.d, device="cuda", generator=g).add_(0.5).to(DTYPES[a.dtype][0])
-                   for _ in range(4))
+    q, k, v, do = problem_inputs(a)
     o = torch.empty_like(q)
     lse = torch.empty(a.B, a.H, a.N, device="cuda", dtype=torch.float32)
     ob = Ours(lib, a.step, a.B, a.H, a.N, a.d, a.causal, a.dtype)

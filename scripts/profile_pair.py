@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from compare_torch import DTYPES, Ours, load  # noqa: E402
+from compare_torch import Ours, add_problem_args, load, problem_inputs  # noqa: E402
 
 
 def main():
@@ -26,12 +26,7 @@ def main():
     ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
     ap.add_argument("--fwd-step", default="08g_smem_epilogue", help="our forward step ('' to skip)")
     ap.add_argument("--bwd-step", default="09_backward", help="our backward step ('' to skip)")
-    ap.add_argument("-B", type=int, default=4)
-    ap.add_argument("-H", type=int, default=16)
-    ap.add_argument("-N", type=int, default=4096)
-    ap.add_argument("-d", type=int, default=128)
-    ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--dtype", default="fp16", choices=sorted(DTYPES))
+    add_problem_args(ap)
     ap.add_argument("--times", type=int, default=2, help="launches of each side")
     ap.add_argument("--backend", default="flash", choices=["flash", "cudnn"],
                     help="PyTorch's side: SDPA's FLASH_ATTENTION (FlashAttention-2) or CUDNN_ATTENTION")
@@ -40,9 +35,7 @@ def main():
         sys.exit("profile_pair.py: needs a CUDA device")
     backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[a.backend]
     lib = load(a.lib)
-    g = torch.Generator(device="cuda").manual_seed(1)
-    q, k, v, do = (torch.randn(a.B, a.H, a.N, a.d, device="cuda", generator=g).add_(0.5).to(DTYPES[a.dtype][0])
-                   for _ in range(4))
+    q, k, v, do = problem_inputs(a)
     o = torch.empty_like(q)
     lse = torch.empty(a.B, a.H, a.N, device="cuda", dtype=torch.float32)
     for _ in range(a.times):
