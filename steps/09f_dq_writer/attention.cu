@@ -599,45 +599,30 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
 }
 
 // ==== Backward 3 of 3: dQ = τ · (fp32 accumulator), back in [B][H][Nq][d] order, rounded to T =======
-// Packed: back in [total_q][H][d] order, the same walk as kernel 1's. One thread: 16 floats that lie
-// side by side in the accumulator (consumer threads 4g … 4g + 3 of one warp, their fragments x of one
-// n-tile n: dq_element's x = 4n … 4n + 3), which are 8 neighbouring columns of two rows, r0 and r0 + 8:
-// four 16-byte loads, two 16-byte stores (one thread per 2 floats, 8-byte loads and 4-byte stores
-// before: 89 µs against cuDNN's 74 for its own conversion, H100, run 65).
+// Packed: back in [total_q][H][d] order, the same walk as kernel 1's.
 template <class T, int d, bool kPacked>
 __global__ void convert_dq_kernel(Workspace<d> ws, T* __restrict__ dq, int64_t bh_count, int Nq, float scale,
                                   int H, VariantArgs var) {
   constexpr int B_r = Bwd<d>::B_r;
   const int T_r = ceil_div(Nq, B_r);
-  const int64_t groups = bh_count * T_r * (B_r * d / 16);
-  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < groups; k += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t blk = k / (B_r * d / 16), bh = blk / T_r;
-    const int i = int(blk % T_r), e = int(k % (B_r * d / 16)) * 16;  // e: float offset within the block
-    const int half = e % (B_r * d / 2);                                // within consumer e / (B_r·d/2)'s half
-    const int c = e / (B_r * d / 2) * 128 + half / 4 % 128, x = half / 512 * 4;  // thread 4g (t = 0), fragment 4n
+  const int64_t pairs = bh_count * T_r * (B_r * d / 2);  // one thread: the two floats x, x + 1 (x even)
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < pairs; k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t blk = k / (B_r * d / 2), bh = blk / T_r;
+    const int i = int(blk % T_r), e = int(k % (B_r * d / 2)) * 2;  // e: float offset within the block
+    const int half = e % (B_r * d / 2);                               // within consumer e / (B_r·d/2)'s half
+    const int c = e / (B_r * d / 2) * 128 + half / 4 % 128, x = half / 512 * 4 + half % 4;  // thread, fragment
     int row, col;
-    dq_element<d>(c, x, row, col);  // (r0, column 8n + qn): t = 0, e = 0
+    dq_element<d>(c, x, row, col);  // x and x + 1: the same row, columns col and col + 1
     row += i * B_r;
     int b = 0, h = 0, q_tok = 0, n_q = Nq;  // packed: row `row` of sequence b, head h is token q_tok + row
     if constexpr (kPacked) {
       b = int(bh / H), h = int(bh % H), q_tok = var.cu_q[b];
       n_q = var.cu_q[b + 1] - q_tok;
     }
-    const int64_t w_blk = kPacked ? packed_block<B_r>(var, int(bh_count / H), b, h, i) : blk;  // the workspace's
-    const float4* src = reinterpret_cast<const float4*>(ws.dQ_acc + w_blk * (B_r * d) + e);
-    float4 f[4];  // f[t] = thread 4g + t's fragments: (r0, col + 2t), (r0, col + 2t + 1), (r0 + 8, …), (r0 + 8, …)
-#pragma unroll
-    for (int t = 0; t < 4; ++t) f[t] = src[t];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {  // rows r0 and r0 + 8
-      if (row + 8 * r >= n_q) continue;
-      uint4 out;
-      uint32_t* o = reinterpret_cast<uint32_t*>(&out);
-#pragma unroll
-      for (int t = 0; t < 4; ++t)
-        o[t] = r == 0 ? pack2<T>(scale * f[t].x, scale * f[t].y) : pack2<T>(scale * f[t].z, scale * f[t].w);
-      const int64_t at = kPacked ? (int64_t(q_tok) + row + 8 * r) * H + h : bh * Nq + row + 8 * r;
-      *reinterpret_cast<uint4*>(dq + at * d + col) = out;
+    if (row < n_q) {
+      const int64_t w_blk = kPacked ? packed_block<B_r>(var, int(bh_count / H), b, h, i) : blk;  // the workspace's
+      const float2 f = *reinterpret_cast<const float2*>(ws.dQ_acc + w_blk * (B_r * d) + e);
+      store2(dq + (kPacked ? (int64_t(q_tok) + row) * H + h : bh * Nq + row) * d + col, pack2<T>(scale * f.x, scale * f.y));
     }
   }
 }
@@ -726,8 +711,8 @@ void launch_backward(const Problem& p, const BackwardArgs& a) {
   }
   FL_CUDA(cudaGetLastError());
   // 3: dQ.
-  const int64_t groups = bh * T_r * (C::B_r * d / 16);
-  const unsigned conv_blocks = unsigned(std::min<int64_t>(ceil_div<int64_t>(groups, 256), 1 << 20));
+  const int64_t pairs = bh * T_r * (C::B_r * d / 2);
+  const unsigned conv_blocks = unsigned(std::min<int64_t>(ceil_div<int64_t>(pairs, 256), 1 << 20));
   (vl ? convert_dq_kernel<T, d, true> : convert_dq_kernel<T, d, false>)<<<conv_blocks, 256, 0, s>>>(
       ws, static_cast<T*>(a.dq), bh, int(p.Nq), float(p.softmax_scale()), int(p.H), var);
   FL_CUDA(cudaGetLastError());
