@@ -41,7 +41,17 @@ std::vector<Done> backward_order(const Plan& P) {
   return out;
 }
 
-// Marks every (i, j) a pair covers (full: all; diagonal: j <= i within the chunk) and counts.
+// The position of key row b of origin o's K (its slots' rows one after the other, in every head).
+int64_t key_position(const Plan& P, int o, int64_t b) {
+  for (int j = 0; j < P.slots(); ++j) {
+    const int c = P.chunk_of(o, j);
+    if (b < P.len[size_t(c)]) return P.start[size_t(c)] + b;
+    b -= P.len[size_t(c)];
+  }
+  return -1;
+}
+
+// Marks every (i, j) a pair covers (the step's own visibility on the keys it uses) and counts.
 void expect_exact_cover(const Plan& P, const std::vector<Done>& done) {
   const int64_t N = P.p.Nq;
   std::vector<int> seen(size_t(N * N), 0);
@@ -56,18 +66,34 @@ void expect_exact_cover(const Plan& P, const std::vector<Done>& done) {
     }
   for (int64_t x = 0; x < N; ++x) ASSERT_GE(owner[size_t(x)], 0) << "position " << x << " held by no rank";
   for (const Done& at : done) {
-        const Pair& x = at.x;
-        EXPECT_EQ(x.q_chunk, P.chunk_of(at.r, x.q_slot));
-        EXPECT_EQ(x.k_chunk, P.chunk_of(at.origin, x.k_slot));
-        const Problem pp = P.pair_problem(x);
-        EXPECT_EQ(pp.causal, x.kind == Kind::diagonal);
-        if (x.kind == Kind::diagonal) {
-          EXPECT_EQ(pp.Nq, pp.Nk);
-        }
-        const int64_t q0 = P.start[size_t(x.q_chunk)], k0 = P.start[size_t(x.k_chunk)];
-        for (int64_t a = 0; a < pp.Nq; ++a)
-          for (int64_t b = 0; b < pp.Nk; ++b)
-            if (pp.visible(a, b)) ++seen[size_t((q0 + a) * N + k0 + b)];
+    const Pair& x = at.x;
+    EXPECT_EQ(x.q_chunk, P.chunk_of(at.r, x.q_slot));
+    EXPECT_EQ(x.origin, at.origin);
+    ASSERT_GE(x.k_slots, 1);
+    ASSERT_LE(x.k_slots, P.slots());
+    const Problem pp = P.pair_problem(x);
+    const int64_t used = P.pair_keys(x);
+    EXPECT_EQ(pp.Nq, P.len[size_t(x.q_chunk)]);
+    EXPECT_EQ(pp.Nk, P.kv_rows(x.origin));  // the K, V tensor in hand, whole
+    // seqused_k exactly when the pair uses fewer rows than the tensor holds, and then = those rows.
+    if (used < pp.Nk) {
+      EXPECT_EQ(pp.seqused_k, std::vector<int32_t>(size_t(pp.B), int32_t(used)));
+    } else {
+      EXPECT_TRUE(pp.seqused_k.empty());
+    }
+    EXPECT_EQ(pp.invalid_reason(), "");
+    EXPECT_EQ(pp.causal, x.kind == Kind::causal);
+    // The step's bottom-right mask is "key ≤ query" only when the last key slot is the query chunk.
+    if (x.kind == Kind::causal) {
+      EXPECT_EQ(P.chunk_of(x.origin, x.k_slots - 1), x.q_chunk);
+    }
+    Problem used_only = pp;  // the keys the step reads: the first `used` rows
+    used_only.Nk = used;
+    used_only.seqused_k.clear();
+    const int64_t q0 = P.start[size_t(x.q_chunk)];
+    for (int64_t a = 0; a < pp.Nq; ++a)
+      for (int64_t b = 0; b < used; ++b)
+        if (used_only.visible(a, b)) ++seen[size_t((q0 + a) * N + key_position(P, x.origin, b))];
   }
   for (int64_t i = 0; i < N; ++i)
     for (int64_t j = 0; j < N; ++j)
@@ -110,17 +136,16 @@ void expect_backward_schedule(const Plan& P) {
       continue;
     }
     const std::vector<Phase>& x = ph[size_t(r)];
-    // A and B: the own pairs, split by own_part_a, in their order; at most one pair per key slot in
-    // each (ring.cu keeps one partial per key slot for A and adds one of B's at the end).
+    // A and B: the own pairs, split by own_part_a, in their order; at most one pair in each (ring.cu
+    // keeps one partial for A and adds one of B's at the end).
     std::vector<Pair> a, b;
     for (const Pair& p : P.pairs(r, 0)) (P.own_part_a(p) ? a : b).push_back(p);
     ASSERT_EQ(x[0].pairs.size(), a.size()) << where;
     ASSERT_EQ(x[size_t(G)].pairs.size(), b.size()) << where;
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(x[0].pairs[i].k_chunk, a[i].k_chunk);
-    for (size_t i = 0; i < b.size(); ++i) EXPECT_EQ(x[size_t(G)].pairs[i].k_chunk, b[i].k_chunk);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(x[0].pairs[i].q_slot, a[i].q_slot);
+    for (size_t i = 0; i < b.size(); ++i) EXPECT_EQ(x[size_t(G)].pairs[i].q_slot, b[i].q_slot);
     for (size_t k : {size_t(0), size_t(G)}) {
-      std::vector<int> per_slot(size_t(P.slots()), 0);
-      for (const Pair& p : x[k].pairs) EXPECT_LE(++per_slot[size_t(p.k_slot)], 1) << where << ", rank " << r;
+      EXPECT_LE(x[k].pairs.size(), 1u) << where << ", rank " << r;
       EXPECT_EQ(x[k].origin, r);
     }
     EXPECT_EQ(x[0].dkv, DkvRole::keep);
@@ -130,18 +155,19 @@ void expect_backward_schedule(const Plan& P) {
       EXPECT_EQ(x[size_t(s)].pairs.size(), P.pairs(r, s).size());
       EXPECT_EQ(x[size_t(s)].dkv, s == 1 ? DkvRole::start : DkvRole::add);
     }
-    // Causal zigzag: A is exactly the two diagonals, B the one full own pair.
+    // Causal zigzag: A is chunk r's diagonal (the first key slot), B chunk 2G−1−r on both key slots
+    // (all of chunk r, then its own diagonal).
     if (P.p.causal && P.layout == Layout::zigzag) {
-      ASSERT_EQ(a.size(), 2u);
+      ASSERT_EQ(a.size(), 1u);
       ASSERT_EQ(b.size(), 1u);
-      EXPECT_TRUE(a[0].kind == Kind::diagonal && a[1].kind == Kind::diagonal);
-      EXPECT_EQ(b[0].kind, Kind::full);
+      EXPECT_TRUE(a[0].kind == Kind::causal && a[0].k_slots == 1 && a[0].q_slot == 0);
+      EXPECT_TRUE(b[0].kind == Kind::causal && b[0].k_slots == 2 && b[0].q_slot == 1);
     }
     if (P.layout == Layout::contiguous) {
       EXPECT_TRUE(a.empty());
     }
   }
-  using Sum = std::vector<std::array<int, 3>>;  // (rank, query chunk, key chunk) of each pair added
+  using Sum = std::vector<std::array<int, 3>>;  // (rank, query chunk, key slots used) of each pair added
   struct Held {
     int origin = -1;  // −1: the buffer holds nothing still needed
     Sum sum;
@@ -200,8 +226,8 @@ void expect_backward_schedule(const Plan& P) {
       }
       Sum mine;
       for (const Pair& p : x.pairs) {
-        EXPECT_EQ(p.k_chunk, P.chunk_of(x.origin, p.k_slot));
-        mine.push_back({r, p.q_chunk, p.k_chunk});
+        EXPECT_EQ(p.origin, x.origin);
+        mine.push_back({r, p.q_chunk, p.k_slots});
       }
       switch (x.dkv) {
         case DkvRole::local:
@@ -240,13 +266,13 @@ void expect_backward_schedule(const Plan& P) {
       }
     }
   }
-  // Every rank's dK, dV: each pair with one of its key chunks, from whichever rank computed it, once.
+  // Every rank's dK, dV: each pair on its keys, from whichever rank computed it, once.
   const std::vector<Done> all = backward_order(P);
   for (int r = 0; r < G; ++r) {
     EXPECT_TRUE(finished[size_t(r)]) << where << ": rank " << r << " never finished its dK, dV";
     Sum want;
     for (const Done& d : all)
-      if (d.origin == r) want.push_back({d.r, d.x.q_chunk, d.x.k_chunk});
+      if (d.origin == r) want.push_back({d.r, d.x.q_chunk, d.x.k_slots});
     Sum got = final_sum[size_t(r)];
     std::sort(want.begin(), want.end());
     std::sort(got.begin(), got.end());
@@ -267,25 +293,45 @@ TEST(RingPlan, BackwardOwnKeysLastBringsEverySumHomeOnce) {
 }
 
 TEST(RingPlan, BackwardPhasesOnTwoRanks) {
-  // Zigzag, causal, G = 2, rank 0 (chunks 0 and 3): A = (0,0)◩ (3,3)◩ beside the first K|V; step 1 =
-  // (3,1)■ (3,2)■ starts the sum of rank 1's keys and moves nothing (no K|V is left to move, no sum
-  // to receive); B = (3,0)■ beside the final hop (rank 1's sum out, rank 0's in).
+  // Zigzag, causal, G = 2, rank 0 (chunks 0 and 3, keys in rows 0–250 and 251–500 of each head):
+  // A = chunk 0 on the first key slot (its diagonal) beside the first K|V; step 1 = chunk 3 on both of
+  // rank 1's slots (chunks 1 and 2, all visible) starts the sum of rank 1's keys and moves nothing (no
+  // K|V is left to move, no sum to receive); B = chunk 3 on both own slots (chunk 0, then its
+  // diagonal) beside the final hop (rank 1's sum out, rank 0's in). Three launches where pairing chunk
+  // by chunk gave five.
   Plan P;
   ASSERT_EQ(make_plan(prob(1001, true), 2, Layout::zigzag, &P), "");
   const std::vector<Phase> x = P.backward_phases(0);
   ASSERT_EQ(x.size(), 3u);
-  ASSERT_EQ(x[0].pairs.size(), 2u);
-  EXPECT_EQ(x[0].pairs[0].q_chunk * 10 + x[0].pairs[0].k_chunk, 0);
-  EXPECT_EQ(x[0].pairs[1].q_chunk * 10 + x[0].pairs[1].k_chunk, 33);
+  ASSERT_EQ(x[0].pairs.size(), 1u);
+  EXPECT_EQ(x[0].pairs[0].q_chunk, 0);
+  EXPECT_EQ(x[0].pairs[0].k_slots, 1);
+  EXPECT_EQ(x[0].pairs[0].kind, Kind::causal);
+  EXPECT_EQ(P.pair_problem(x[0].pairs[0]).seqused_k, std::vector<int32_t>{251});
+  EXPECT_EQ(P.pair_problem(x[0].pairs[0]).Nk, 501);
   EXPECT_EQ(Plan::moves_text(x[0]), "K|V");
-  EXPECT_EQ(x[1].pairs.size(), 2u);
+  ASSERT_EQ(x[1].pairs.size(), 1u);
+  EXPECT_EQ(x[1].pairs[0].q_chunk, 3);
+  EXPECT_EQ(x[1].pairs[0].k_slots, 2);
+  EXPECT_EQ(x[1].pairs[0].kind, Kind::full);
   EXPECT_FALSE(x[1].moves());
   EXPECT_EQ(Plan::moves_text(x[1]), "");
   ASSERT_EQ(x[2].pairs.size(), 1u);
-  EXPECT_EQ(x[2].pairs[0].q_chunk * 10 + x[2].pairs[0].k_chunk, 30);
+  EXPECT_EQ(x[2].pairs[0].q_chunk, 3);
+  EXPECT_EQ(x[2].pairs[0].k_slots, 2);
+  EXPECT_EQ(x[2].pairs[0].kind, Kind::causal);
+  EXPECT_TRUE(P.pair_problem(x[2].pairs[0]).seqused_k.empty());
   EXPECT_EQ(x[2].dkv_send, 1);
   EXPECT_EQ(x[2].dkv_recv, 0);
   EXPECT_EQ(Plan::moves_text(x[2]), "dK|dV to its owner");
+  // Rank 1 (chunks 1 and 2) at step 1 holds rank 0's keys (chunks 0 and 3): both query chunks see all
+  // of chunk 0 and none of chunk 3, two pairs on the first key slot.
+  const std::vector<Pair> r1 = P.pairs(1, 1);
+  ASSERT_EQ(r1.size(), 2u);
+  for (const Pair& y : r1) {
+    EXPECT_EQ(y.k_slots, 1);
+    EXPECT_EQ(y.kind, Kind::full);
+  }
   EXPECT_EQ(P.backward_phase_label(0), "own keys, part A");
   EXPECT_EQ(P.backward_phase_label(1), "1");
   EXPECT_EQ(P.backward_phase_label(2), "own keys, part B");
@@ -316,7 +362,8 @@ TEST(RingPlan, ChunksSplitTheSequenceNearlyEvenly) {
   EXPECT_EQ(P.chunk_of(1, 1), 2);
   EXPECT_EQ(P.q_elems(0), 2 * (251 + 250) * 64);
   EXPECT_EQ(P.kv_elems(1), 1 * (250 + 250) * 64);
-  EXPECT_EQ(P.kv_slot_offset(0, 1), 251 * 64);
+  EXPECT_EQ(P.kv_rows(0), 251 + 250);
+  EXPECT_EQ(P.kv_row(0, 1), 251);  // rank 0's K: [B][H_kv][501][d], chunk 3 from row 251 of each head
   EXPECT_EQ(P.lse_slot_offset(0, 1), 512);  // B·H·251 = 502 floats, padded to a multiple of 32
   EXPECT_EQ(P.lse_elems(0), 512 + 512);
 }

@@ -39,11 +39,19 @@ std::string make_plan(const Problem& p, int G, Layout layout, Plan* out) {
   return "";
 }
 
+int64_t Plan::pair_keys(const Pair& x) const {
+  int64_t used = 0;
+  for (int j = 0; j < x.k_slots; ++j) used += len[size_t(chunk_of(x.origin, j))];
+  return used;
+}
+
 Problem Plan::pair_problem(const Pair& x) const {
   Problem q = p;
   q.Nq = len[size_t(x.q_chunk)];
-  q.Nk = len[size_t(x.k_chunk)];
-  q.causal = x.kind == Kind::diagonal;
+  q.Nk = kv_rows(x.origin);
+  const int64_t used = pair_keys(x);
+  if (used < q.Nk) q.seqused_k.assign(size_t(p.B), int32_t(used));
+  q.causal = x.kind == Kind::causal;
   q.scale = p.softmax_scale();  // the whole problem's scale, whatever the default would say
   return q;
 }
@@ -51,14 +59,18 @@ Problem Plan::pair_problem(const Pair& x) const {
 std::vector<Pair> Plan::pairs(int r, int s) const {
   std::vector<Pair> out;
   const int o = origin(r, s);
-  for (int i = 0; i < slots(); ++i)
-    for (int j = 0; j < slots(); ++j) {
-      const int qc = chunk_of(r, i), kc = chunk_of(o, j);
-      if (!p.causal) out.push_back({i, j, qc, kc, Kind::full});
-      else if (kc < qc) out.push_back({i, j, qc, kc, Kind::full});
-      else if (kc == qc) out.push_back({i, j, qc, kc, Kind::diagonal});
-      // kc > qc: every key of the chunk lies after every query of it: nothing to compute
+  for (int i = 0; i < slots(); ++i) {
+    const int qc = chunk_of(r, i);
+    // The key slots are in position order, so the visible ones are a prefix; the diagonal ends it.
+    int k = 0;
+    bool diagonal = false;
+    while (k < slots() && (!p.causal || chunk_of(o, k) <= qc)) {
+      diagonal = diagonal || (p.causal && chunk_of(o, k) == qc);
+      ++k;
     }
+    // k = 0: every key of the K, V in hand lies after every query of the chunk: nothing to compute
+    if (k > 0) out.push_back({i, qc, o, k, diagonal ? Kind::causal : Kind::full});
+  }
   return out;
 }
 
@@ -74,14 +86,15 @@ int64_t Plan::lse_slot_offset(int r, int slot) const {
   for (int i = 0; i < slot; ++i) off += ceil32(p.B * p.H * len[size_t(chunk_of(r, i))]);
   return off;
 }
-int64_t Plan::kv_slot_offset(int r, int slot) const {
-  int64_t off = 0;
-  for (int i = 0; i < slot; ++i) off += p.B * p.H_kv * len[size_t(chunk_of(r, i))] * p.d;
-  return off;
-}
 int64_t Plan::q_elems(int r) const { return q_slot_offset(r, slots()); }
 int64_t Plan::lse_elems(int r) const { return lse_slot_offset(r, slots()); }
-int64_t Plan::kv_elems(int r) const { return kv_slot_offset(r, slots()); }
+int64_t Plan::kv_row(int r, int slot) const {
+  int64_t row = 0;
+  for (int i = 0; i < slot; ++i) row += len[size_t(chunk_of(r, i))];
+  return row;
+}
+int64_t Plan::kv_rows(int r) const { return kv_row(r, slots()); }
+int64_t Plan::kv_elems(int r) const { return p.B * p.H_kv * kv_rows(r) * p.d; }
 int64_t Plan::max_chunk() const {
   int64_t m = 0;
   for (int64_t l : len) m = std::max(m, l);
@@ -145,8 +158,8 @@ std::string Plan::moves_text(const Phase& x) {
 double Plan::work(int r, int s) const {
   double w = 0;
   for (const Pair& x : pairs(r, s)) {
-    const double a = double(len[size_t(x.q_chunk)]) * double(len[size_t(x.k_chunk)]);
-    w += x.kind == Kind::diagonal ? a / 2 : a;
+    const double lq = double(len[size_t(x.q_chunk)]);
+    w += lq * double(pair_keys(x)) - (x.kind == Kind::causal ? lq * lq / 2 : 0);
   }
   return w;
 }

@@ -7,14 +7,20 @@
 // any N ≥ C splits and no chunk is padded or masked. A rank holds
 //   contiguous  C = G       chunk r
 //   zigzag      C = 2G      chunks r and 2G − 1 − r (one from each end: the causal work balances)
-// and stores its chunks one after the other ("slots"), each a contiguous [B][H][len][d] tensor (K, V:
-// [B][H_kv][len][d]), so that every (query chunk, key chunk) pair is an ordinary problem for a
-// ladder step with Nq = len(q chunk), Nk = len(k chunk).
+// in "slots", slot 0 the earlier chunk. Its queries are stored slot after slot, each a contiguous
+// [B][H][len][d] tensor; its keys and values as one [B][H_kv][len_0 + len_1][d] tensor, the rows of
+// slot 0 then those of slot 1 in every head: the rank's keys in position order.
 //
-// Ring step s (0 … G − 1): rank r holds the K, V slots of origin rank o = (r − s) mod G. With causal,
-// a pair whose key chunk lies before its query chunk is all visible (full: the step runs without the
-// mask), the same chunk is the diagonal (the step's bottom-right mask with Nq = Nk is exactly
-// "key position ≤ query position"), and a later key chunk is skipped.
+// Ring step s (0 … G − 1): rank r holds the K, V of origin rank o = (r − s) mod G. With causal, a key
+// chunk before a query chunk is all visible, the same chunk is the diagonal, a later one hidden. As the
+// key slots are in position order, the keys a query slot sees are always the first k_slots slots of
+// the K, V in hand (none, the first, or both), and the diagonal, if there, is the last of them. So each
+// (query slot, K, V in hand) is one problem for a ladder step, a "pair": Nq = len(query chunk), the K, V
+// tensor with Nk = its rows, seqused_k = the rows of the first k_slots slots when that is fewer (the
+// step reads no row past it), and the step's bottom-right causal mask exactly when the diagonal is
+// among them: with Nk_used − Nq keys before the query chunk, "key ≤ query" in positions. Zigzag's own
+// keys at step 0, for example, are two pairs: slot 0 on the first slot (its diagonal) and slot 1 on
+// both (all of chunk r, then its diagonal), where pairing chunks one by one gave three launches.
 #pragma once
 
 #include <cstdint>
@@ -28,29 +34,31 @@ namespace fl::ring {
 enum class Layout { contiguous, zigzag };
 const char* layout_name(Layout l);
 
-enum class Kind { full, diagonal };  // skipped pairs are not listed
+enum class Kind { full, causal };  // pairs that see no key are not listed
 
 struct Pair {
-  int q_slot, k_slot;  // slots of this rank's Q and of the K, V in hand
-  int q_chunk, k_chunk;
-  Kind kind;
+  int q_slot;   // this rank's query slot
+  int q_chunk;  // its chunk
+  int origin;   // whose K, V
+  int k_slots;  // the keys used: the first k_slots slots of origin's K, V (1 or 2)
+  Kind kind;    // causal: the last of them is the query chunk itself (the step's bottom-right mask)
 };
 
 // The backward's order on a rank, "own keys last" (Plan::backward_phases; ring.cu's Rank::backward
 // follows it, tests/test_ring_plan.cpp simulates it on the CPU). dQ stays on its rank; dK, dV travel
 // the ring as fp32 sums. A ring of one is one phase that moves nothing. For G > 1, G + 1 phases:
 //
-//   phase 0      own keys, part A: the own pairs (this rank's K, V) with q_slot = k_slot, beside the
-//                first K|V transfer (own K|V to r + 1, origin r − 1's from r − 1). Their dK, dV
-//                partials wait, one per key slot, for the end. Zigzag: (r, r) and (2G−1−r, 2G−1−r),
-//                with causal exactly the two diagonals; contiguous: none.
+//   phase 0      own keys, part A: the own pair of query slot 0 (zigzag; contiguous: none), beside
+//                the first K|V transfer (own K|V to r + 1, origin r − 1's from r − 1). Its dK, dV
+//                partial waits for the end. With causal it is chunk r's diagonal.
 //   phase s      ring step s = 1 … G − 1: the pairs with origin r − s's K, V (Plan::pairs(r, s)), beside
 //                the next K|V (s < G − 1) and the dK|dV sums (s ≥ 2: the one this rank finished at s − 1
 //                to r + 1, origin r − s's from r − 1). Step 1 starts the sum of origin r − 1 from its
 //                partials: rank o + 1 is the first after o to hold o's keys, so no sum for o exists
 //                before it, and nothing is received. The sum of o travels o + 1 → … → o + G − 1.
-//   phase G      own keys, part B: the other own pairs (zigzag: q_slot ≠ k_slot, with causal the one
-//                full pair (2G−1−r, r); contiguous: the one own pair), beside the final hop: the sum
+//   phase G      own keys, part B: the other own pair (zigzag: query slot 1, with causal chunk
+//                2G−1−r on all of chunk r and its own diagonal; contiguous: the one own pair), beside
+//                the final hop: the sum
 //                finished at step G − 1 (origin r + 1) goes to its owner, this rank's own arrives from
 //                r − 1. Then dK, dV = that sum + the partials of A and B, rounded once.
 //
@@ -94,31 +102,35 @@ struct Plan {
   int chunk_of(int r, int slot) const { return slot == 0 ? r : 2 * G - 1 - r; }
   int origin(int r, int s) const { return ((r - s) % G + G) % G; }  // whose K, V rank r holds at step s
 
-  /// The problem of one pair: the step's own causal mask only on the diagonal.
+  /// The problem of one pair (seqused_k set when it uses fewer rows than origin's K holds).
   Problem pair_problem(const Pair& x) const;
-  /// The pairs rank r computes at ring step s, in the order it computes them.
+  /// The keys a pair uses: rows 0 … used − 1 of every head of its origin's K, V.
+  int64_t pair_keys(const Pair& x) const;
+  /// The pairs rank r computes at ring step s, in the order it computes them (at most one per slot).
   std::vector<Pair> pairs(int r, int s) const;
 
-  // Element offsets of slot i inside a rank's buffers (slots stored one after the other).
+  // Element offsets of slot i inside a rank's query buffers (slots stored one after the other).
   int64_t q_slot_offset(int r, int slot) const;    // in Q, O, dO, dQ
   int64_t lse_slot_offset(int r, int slot) const;  // in L (each slot 128-byte aligned: padded)
-  int64_t kv_slot_offset(int r, int slot) const;   // in K (and in V, which follows K in a K|V buffer)
   int64_t q_elems(int r) const;                    // the rank's share of Q
   int64_t lse_elems(int r) const;                  // with the padding
+  // A rank's K (V the same): [B][H_kv][kv_rows(r)][d], slot i at row kv_row(r, i) of every head.
+  int64_t kv_rows(int r) const;                    // its positions: len of its chunks, summed
+  int64_t kv_row(int r, int slot) const;           // the first row of slot i in a head
   int64_t kv_elems(int r) const;                   // the rank's share of K (V the same)
   int64_t max_chunk() const;                       // the longest chunk
 
   /// The backward's phases on rank r (see Phase above): 1 for G = 1, else G + 1.
   std::vector<Phase> backward_phases(int r) const;
-  /// Whether an own pair belongs to part A of the backward (else part B): q_slot = k_slot of zigzag.
-  bool own_part_a(const Pair& x) const { return slots() == 2 && x.q_slot == x.k_slot; }
+  /// Whether an own pair belongs to part A of the backward (else part B): zigzag's query slot 0.
+  bool own_part_a(const Pair& x) const { return slots() == 2 && x.q_slot == 0; }
   /// The name of backward phase k in tables ("own keys, part A", "1", …, "own keys, part B"; "0" for
   /// G = 1) and what its transfer moves ("K|V", "K|V, dK|dV", "dK|dV", "dK|dV to its owner", "").
   std::string backward_phase_label(int k) const;
   static std::string moves_text(const Phase& x);
 
-  /// Work of a rank at a step in units of (positions²)·B·H·d·4 FLOPs: a full pair counts
-  /// len_q·len_k, a diagonal one len·len/2 (what the causal step does).
+  /// Work of a rank at a step in units of (positions²)·B·H·d·4 FLOPs: a pair counts len_q · keys
+  /// used, less len_q²/2 when causal (the diagonal's half that the causal step skips).
   double work(int r, int s) const;
 };
 

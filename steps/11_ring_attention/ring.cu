@@ -105,25 +105,31 @@ __global__ void merge_kernel(float* __restrict__ acc, float* __restrict__ L, con
   }
 }
 
-// acc (fp32) [+]= part_1 + part_2: one or two pairs' dQ, dK or dV (storage type) into an fp32 sum; with
-// out set, the sum goes, rounded once, to out (storage type) instead of back into acc (then acc may be
-// null when has_acc = 0). part_2 may be null.
+// acc (fp32) [+]= part_1 + part_2: one or two pairs' dQ, dK or dV (storage type) into an fp32 sum, one
+// warp per row of d values. The tensors are `heads` blocks of `rows` rows; a pair that used only the
+// first u rows of each head (seqused_k: dK, dV of a pair on the first key slot) is read on those rows
+// alone (the step wrote zeros past them: skipping the read saves a pass over them). With out set, the
+// sum goes, rounded once, to out (storage type) instead of back into acc (then acc may be null when
+// has_acc = 0). part_2 may be null.
 template <class T>
-__global__ void sum_kernel(float* __restrict__ acc, const T* __restrict__ part_1, const T* __restrict__ part_2,
-                           T* __restrict__ out, int64_t n, int has_acc) {
-  for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
-    float v = to_float(part_1[x]);
-    if (part_2) v += to_float(part_2[x]);
-    if (has_acc) v += acc[x];
-    if (out) out[x] = from_float<T>(v);
-    else acc[x] = v;
+__global__ void sum_kernel(float* __restrict__ acc, const T* __restrict__ part_1, int64_t u_1,
+                           const T* __restrict__ part_2, int64_t u_2, T* __restrict__ out, int64_t heads,
+                           int64_t rows, int d, int has_acc) {
+  const int lane = threadIdx.x % 32;
+  for (int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32; row < heads * rows;
+       row += int64_t(gridDim.x) * kRowsPerBlock) {
+    const int64_t in_head = row % rows;
+    const bool r1 = in_head < u_1, r2 = part_2 && in_head < u_2;
+    if (!out && has_acc && !r1 && !r2) continue;  // the sum stays as it is
+    for (int c = lane; c < d; c += 32) {
+      const int64_t x = row * d + c;
+      float v = r1 ? to_float(part_1[x]) : 0.f;
+      if (r2) v += to_float(part_2[x]);
+      if (has_acc) v += acc[x];
+      if (out) out[x] = from_float<T>(v);
+      else acc[x] = v;
+    }
   }
-}
-
-template <class T>
-__global__ void convert_kernel(const float* __restrict__ acc, T* __restrict__ out, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = from_float<T>(acc[i]);
 }
 
 __global__ void fill_kernel(float* __restrict__ x, int64_t n, float value) {
@@ -164,13 +170,15 @@ const Step* pick_step(const std::string& name, bool backward, const std::vector<
     return s;
   }
   // The ladder's last rungs for long sequences, newest first: on Hopper 08i (forward) and 09f (backward),
-  // elsewhere the last ones that accept every pair. (Step 10, split-KV, is a decode step for short Nq.)
+  // elsewhere the last ones that accept every pair. Zigzag's pairs on a first key slot use seqused_k,
+  // which 08i refuses: then 08j, whose kernel for plain problems is 08i's. (Step 10, split-KV, is a
+  // decode step for short Nq.)
   // Not 08k: a persistent kernel holds every SM for the whole launch, so NCCL's send/recv kernel on the
   // transfer stream would wait for the product instead of running under it. (08j's plain kernel is 08i.)
   // Then any other GPU step, from the end of the list.
   const std::vector<std::string> preferred =
       backward ? std::vector<std::string>{"09f_dq_writer", "09e_instruction_budget", "09c_tma_warpspec", "09b_wgmma", "09_backward"}
-               : std::vector<std::string>{"08i_pingpong", "08h_tma_warpspec", "08g_smem_epilogue", "08d_exp2_tuned"};
+               : std::vector<std::string>{"08i_pingpong", "08j_variants", "08h_tma_warpspec", "08g_smem_epilogue", "08d_exp2_tuned"};
   std::vector<const Step*> order;
   for (const std::string& f : preferred)
     if (const Step* s = find_step(f)) order.push_back(s);
@@ -199,16 +207,19 @@ struct Rank {
   cudaStream_t cs = nullptr, xs = nullptr;  // compute, transfer
   ncclComm_t comm = nullptr;
   int64_t max_kv = 0;  // the largest share of K over ranks (travel buffers are sized for it)
-  std::vector<bool> direct_q, direct_k;  // a slot with exactly one pair in the whole ring is written by the step itself
-  std::vector<int> pairs_q;              // pairs of each query slot over the whole ring
+  std::vector<bool> direct_q;  // a query slot with exactly one pair in the whole ring is written by the step itself
+  bool direct_kv = false;      // so are dK, dV when the whole ring has one pair (a ring of one, contiguous)
+  std::vector<int> pairs_q;    // pairs of each query slot over the whole ring
   std::vector<Phase> bphases;            // the backward's order (plan.hpp: own keys last)
   // Forward: Q slots; home K|V (this rank's own, never overwritten); travel K|V ×2; O, L; the running
-  // O in fp32; per query slot two pairs' partials (O_s, L_s) waiting to be merged; the step's workspace.
-  DeviceBuffer q, home, travel[2], o, lse, acc, po[2][2], pl[2][2], fws;
+  // O in fp32; per query slot two pairs' partials (O_s, L_s) waiting to be merged; the step's workspace;
+  // seqused_k of the pairs on the first key slot ([G][B] int32: origin o's first slot, B times).
+  DeviceBuffer q, home, travel[2], o, lse, acc, po[2][2], pl[2][2], fws, used;
   // Backward: dO; dQ, dK, dV; dQ's fp32 sum; dK|dV fp32 sums travelling the ring ×2; per query slot
-  // two pairs' dQ_s and per key slot two pairs' dK_s, dV_s waiting to be summed; per own key slot the
-  // dK_s, dV_s of part A, waiting for the end (G > 1); the step's workspace; a float for the barrier.
-  DeviceBuffer dO, dq, dk, dv, dq_acc, dkv[2], pq[2][2], pk[2][2], pv[2][2], pa_k[2], pa_v[2], bws, sync;
+  // two pairs' dQ_s, and a phase's (at most two) pairs' dK_s, dV_s, waiting to be summed; part A's
+  // dK_s, dV_s, waiting for the end (G > 1); the step's workspace; a float for the barrier. A pair's
+  // dK_s, dV_s cover its origin's whole K: [B][H_kv][rows][d].
+  DeviceBuffer dO, dq, dk, dv, dq_acc, dkv[2], pq[2][2], pk[2], pv[2], pa_k, pa_v, bws, sync;
   std::vector<cudaEvent_t> comp_begin, comp_end, comm_begin, comm_end;
   cudaEvent_t ev_start = nullptr, ev_end = nullptr;
 
@@ -228,8 +239,12 @@ struct Rank {
   int prev() const { return (r + G - 1) % G; }
   template <class B>
   char* at(B& b, int64_t elems, size_t bytes_per_elem) { return b.template as<char>() + size_t(elems) * bytes_per_elem; }
-  char* kv_at(char* base, int origin, int slot, bool v) const {  // K or V slot in a K|V buffer of `origin`
-    return base + e * size_t((v ? P.kv_elems(origin) : 0) + P.kv_slot_offset(origin, slot));
+  char* kv_at(char* base, int origin, bool v) const {  // K or V in a K|V buffer of `origin`
+    return base + e * size_t(v ? P.kv_elems(origin) : 0);
+  }
+  // A pair's seqused_k on the device, or null when it uses every key row in hand.
+  const int32_t* used_of(const Problem& pp, int origin) const {
+    return pp.seqused_k.empty() ? nullptr : used.as<int32_t>() + int64_t(origin) * P.p.B;
   }
 
   void alloc(DeviceBuffer& b, size_t bytes, const char* what) {
@@ -246,17 +261,13 @@ struct Rank {
     // Every pair problem this rank will run: the steps' refusals are checked on all of them first.
     std::vector<Problem> probs;
     pairs_q.assign(size_t(S), 0);
-    std::vector<int> pairs_k(size_t(S), 0);
     for (int s = 0; s < G; ++s)
       for (const Pair& x : P.pairs(r, s)) {
         probs.push_back(P.pair_problem(x));
         ++pairs_q[size_t(x.q_slot)];
-        if (G == 1) ++pairs_k[size_t(x.k_slot)];
       }
-    for (int i = 0; i < S; ++i) {
-      direct_q.push_back(pairs_q[size_t(i)] == 1);
-      direct_k.push_back(G == 1 && pairs_k[size_t(i)] == 1);  // dK, dV of G > 1 always cross the ring
-    }
+    for (int i = 0; i < S; ++i) direct_q.push_back(pairs_q[size_t(i)] == 1);
+    direct_kv = G == 1 && probs.size() == 1;  // dK, dV of G > 1 always cross the ring
     bphases = P.backward_phases(r);
     fs = pick_step(cfg.fwd_step, false, probs, r);
     if (cfg.backward) bs = pick_step(cfg.bwd_step, true, probs, r);
@@ -267,7 +278,6 @@ struct Rank {
     }
     const int64_t qn = P.q_elems(r), ln = P.lse_elems(r), kn = P.kv_elems(r);
     const int64_t chunk_q = p.B * p.H * P.max_chunk() * p.d, chunk_l = p.B * p.H * P.max_chunk();
-    const int64_t chunk_k = p.B * p.H_kv * P.max_chunk() * p.d;
     alloc(q, e * qn, "Q");
     alloc(home, 2 * e * kn, "K|V");
     if (G > 1) {
@@ -283,6 +293,12 @@ struct Rank {
         alloc(pl[i][k], 4 * chunk_l, "a pair's L_s");
       }
     alloc(fws, fw, "the forward step's workspace");
+    {
+      std::vector<int32_t> u;  // origin o's first slot, B times
+      for (int k = 0; k < G; ++k) u.insert(u.end(), size_t(p.B), int32_t(P.len[size_t(P.chunk_of(k, 0))]));
+      alloc(used, 4 * u.size(), "seqused_k of the pairs on a first key slot");
+      FL_CUDA(cudaMemcpy(used.get(), u.data(), 4 * u.size(), cudaMemcpyHostToDevice));
+    }
     if (cfg.backward) {
       alloc(dO, e * qn, "dO");
       alloc(dq, e * qn, "dQ");
@@ -293,16 +309,16 @@ struct Rank {
         alloc(dkv[0], 8 * max_kv, "the first travelling dK|dV (fp32)");
         alloc(dkv[1], 8 * max_kv, "the second travelling dK|dV (fp32)");
       }
-      for (int i = 0; i < S; ++i) {
-        for (int k = 0; k < 2; ++k) {
-          alloc(pq[i][k], e * chunk_q, "a pair's dQ_s");
-          alloc(pk[i][k], e * chunk_k, "a pair's dK_s");
-          alloc(pv[i][k], e * chunk_k, "a pair's dV_s");
+      for (int i = 0; i < S; ++i)
+        for (int k = 0; k < 2; ++k) alloc(pq[i][k], e * chunk_q, "a pair's dQ_s");
+      if (!direct_kv)
+        for (int k = 0; k < S; ++k) {  // a phase has at most one pair per query slot
+          alloc(pk[k], e * max_kv, "a pair's dK_s");
+          alloc(pv[k], e * max_kv, "a pair's dV_s");
         }
-        if (G > 1) {
-          alloc(pa_k[i], e * chunk_k, "part A's dK_s");
-          alloc(pa_v[i], e * chunk_k, "part A's dV_s");
-        }
+      if (G > 1) {
+        alloc(pa_k, e * max_kv, "part A's dK_s");
+        alloc(pa_v, e * max_kv, "part A's dV_s");
       }
       alloc(bws, bw, "the backward step's workspace");
     }
@@ -345,6 +361,30 @@ struct Rank {
         std::memcpy(full + ((b * hh + h) * p.Nq + st) * w, slot.data() + (b * hh + h) * n * w, sizeof(float) * size_t(n * w));
   }
 
+  // The rank's K (or V, dK, dV): [B][H_kv][rows][d], in every head the rows of its slots in order.
+  void gather_kv(const std::vector<float>& full, std::vector<float>& out) const {
+    const Problem& p = P.p;
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < p.H_kv; ++h)
+        for (int i = 0; i < S; ++i) {
+          const int c = P.chunk_of(r, i);
+          const float* src = full.data() + ((b * p.H_kv + h) * p.Nk + P.start[size_t(c)]) * p.d;
+          out.insert(out.end(), src, src + P.len[size_t(c)] * p.d);
+        }
+  }
+  void scatter_kv(const std::vector<float>& mine, float* full) const {
+    const Problem& p = P.p;
+    const int64_t rows = P.kv_rows(r);
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < p.H_kv; ++h)
+        for (int i = 0; i < S; ++i) {
+          const int c = P.chunk_of(r, i);
+          std::memcpy(full + ((b * p.H_kv + h) * p.Nk + P.start[size_t(c)]) * p.d,
+                      mine.data() + ((b * p.H_kv + h) * rows + P.kv_row(r, i)) * p.d,
+                      sizeof(float) * size_t(P.len[size_t(c)] * p.d));
+        }
+  }
+
   void upload(const Inputs& in) {
     const Problem& p = P.p;
     auto put = [&](DeviceBuffer& b, size_t byte_off, const std::vector<float>& x) {
@@ -355,10 +395,10 @@ struct Rank {
     for (int i = 0; i < S; ++i) {
       const int c = P.chunk_of(r, i);
       gather(in.q, p.H, c, qs);
-      gather(in.k, p.H_kv, c, ks);
-      gather(in.v, p.H_kv, c, vs);
       if (cfg.backward) gather(in.dO, p.H, c, ds);
     }
+    gather_kv(in.k, ks);
+    gather_kv(in.v, vs);
     put(q, 0, qs);
     put(home, 0, ks);
     put(home, e * size_t(P.kv_elems(r)), vs);
@@ -455,8 +495,8 @@ struct Rank {
             if (!direct) { po[i][k].poison(cs); pl[i][k].poison(cs); }
             fws.poison(cs);
           }
-          ForwardArgs a{at(q, qo, e), kv_at(cur, org, x.k_slot, false), kv_at(cur, org, x.k_slot, true),
-                        out_o, out_l, fws.get(), cs};
+          ForwardArgs a{at(q, qo, e), kv_at(cur, org, false), kv_at(cur, org, true), out_o, out_l, fws.get(), cs};
+          a.seqused_k = used_of(pp, org);
           fs->impl->forward(pp, a);
           FL_CUDA(cudaGetLastError());
           --left[size_t(i)];
@@ -502,11 +542,15 @@ struct Rank {
     FL_CUDA(cudaEventRecord(ev_start, cs));
     std::vector<int> pending_q(size_t(S), 0), left_q(pairs_q);
     std::vector<bool> has_acc_q(size_t(S), false);
-    std::vector<int> kept_k(size_t(S), 0);  // part A's partials per own key slot (0 or 1)
+    int64_t kept = -1;  // part A's partial: the key rows it used (−1: none)
     dispatch_dtype(p.dtype, [&](auto tag) {
       using T = decltype(tag);
-      auto sum = [&](float* to, const DeviceBuffer& a, const DeviceBuffer* b, T* out, int64_t n, bool has_acc) {
-        sum_kernel<T><<<elem_blocks(n), 256, 0, cs>>>(to, a.as<T>(), b ? b->as<T>() : nullptr, out, n, has_acc ? 1 : 0);
+      // to [+]= a (its first u_a rows of each head) + b (u_b): tensors of `heads` × `rows` rows.
+      auto sum = [&](float* to, const DeviceBuffer* a, int64_t u_a, const DeviceBuffer* b, int64_t u_b, T* out,
+                     int64_t heads, int64_t rows, bool has_acc) {
+        sum_kernel<T><<<row_blocks(heads * rows), 32 * kRowsPerBlock, 0, cs>>>(
+            to, a ? a->as<T>() : nullptr, a ? u_a : 0, b ? b->as<T>() : nullptr, u_b, out, heads, rows, int(p.d),
+            has_acc ? 1 : 0);
         FL_CUDA(cudaGetLastError());
       };
       for (int k = 0; k < int(bphases.size()); ++k) {
@@ -535,107 +579,98 @@ struct Rank {
         }
         if (!own) FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(k - 1)], 0));  // its K|V arrived
         FL_CUDA(cudaEventRecord(comp_begin[size_t(k)], cs));
-        const int64_t kv_org = P.kv_elems(org);
+        const int64_t kv_org = P.kv_elems(org), rows_k = P.kv_rows(org), heads_k = p.B * p.H_kv;
         const bool keep = ph.dkv == DkvRole::keep;
-        std::vector<int> pending_k(size_t(S), 0);  // this phase's dK, dV partials per key slot
+        // Parts A and B have one pair each at most (plan.hpp; the CPU tests check it), a phase one per
+        // query slot: a partial buffer each.
+        if ((keep || ph.dkv == DkvRole::finish) ? ph.pairs.size() > 1 : ph.pairs.size() > size_t(S))
+          throw Error("the backward's plan gives a phase more pairs than ring.cu keeps partials for");
+        std::vector<int64_t> used_k;  // this phase's dK, dV partials: the key rows each used
         for (const Pair& x : ph.pairs) {
-          const int i = x.q_slot, j = x.k_slot;
+          const int i = x.q_slot;
           const Problem pp = P.pair_problem(x);
           const int64_t qo = P.q_slot_offset(r, i), lo = P.lse_slot_offset(r, i);
-          const int64_t ko = P.kv_slot_offset(org, j);
-          const bool dq_direct = direct_q[size_t(i)], dk_direct = direct_k[size_t(j)];
-          const int kq = pending_q[size_t(i)], kk = pending_k[size_t(j)];
-          // Parts A and B have at most one pair per key slot (plan.hpp; the CPU tests check it): the end
-          // adds one partial of each.
-          if ((keep || ph.dkv == DkvRole::finish) && kk > 0)
-            throw Error("the backward's plan gives own keys part " + std::string(keep ? "A" : "B") +
-                        " two pairs on one key slot");
-          // dk_direct only when G = 1, where org = r and ko is also the offset in this rank's dK, dV.
-          DeviceBuffer& bk = keep ? pa_k[j] : pk[j][kk];
-          DeviceBuffer& bv = keep ? pa_v[j] : pv[j][kk];
+          const bool dq_direct = direct_q[size_t(i)];
+          const int kq = pending_q[size_t(i)], kk = int(used_k.size());
+          // direct_kv only when G = 1 with one pair, whose dK, dV are this rank's dK, dV.
+          DeviceBuffer& bk = keep ? pa_k : pk[kk];
+          DeviceBuffer& bv = keep ? pa_v : pv[kk];
           void* dq_t = dq_direct ? at(dq, qo, e) : pq[i][kq].get();
-          void* dk_t = dk_direct ? at(dk, ko, e) : bk.get();
-          void* dv_t = dk_direct ? at(dv, ko, e) : bv.get();
+          void* dk_t = direct_kv ? dk.get() : bk.get();
+          void* dv_t = direct_kv ? dv.get() : bv.get();
           if (checked) {
             if (!dq_direct) pq[i][kq].poison(cs);
-            if (!dk_direct) { bk.poison(cs); bv.poison(cs); }
+            if (!direct_kv) { bk.poison(cs); bv.poison(cs); }
             bws.poison(cs);
           }
-          BackwardArgs a{at(q, qo, e), kv_at(cur, org, j, false), kv_at(cur, org, j, true),
-                         at(o, qo, e), lse.as<float>() + lo, at(dO, qo, e), dq_t, dk_t, dv_t, bws.get(), cs};
+          BackwardArgs a{at(q, qo, e), kv_at(cur, org, false), kv_at(cur, org, true), at(o, qo, e),
+                         lse.as<float>() + lo, at(dO, qo, e), dq_t, dk_t, dv_t, bws.get(), cs};
+          a.seqused_k = used_of(pp, org);
           bs->impl->backward(pp, a);
           FL_CUDA(cudaGetLastError());
           --left_q[size_t(i)];
           if (!dq_direct) {
             ++pending_q[size_t(i)];
             if (pending_q[size_t(i)] == 2 || left_q[size_t(i)] == 0) {
-              const bool last = left_q[size_t(i)] == 0;
-              sum(dq_acc.as<float>() + qo, pq[i][0], pending_q[size_t(i)] == 2 ? &pq[i][1] : nullptr,
-                  last ? dq.as<T>() + qo : nullptr, pp.q_elems(), has_acc_q[size_t(i)]);
+              const bool last = left_q[size_t(i)] == 0, two = pending_q[size_t(i)] == 2;
+              sum(dq_acc.as<float>() + qo, &pq[i][0], pp.Nq, two ? &pq[i][1] : nullptr, pp.Nq,
+                  last ? dq.as<T>() + qo : nullptr, p.B * p.H, pp.Nq, has_acc_q[size_t(i)]);
               has_acc_q[size_t(i)] = !last;
               pending_q[size_t(i)] = 0;
             }
           }
-          if (!dk_direct) ++pending_k[size_t(j)];
+          used_k.push_back(P.pair_keys(x));
         }
         // Part B's compute, as timed, is its pairs: what the final hop runs beside. The wait for the hop
         // and the pass after it belong to no phase (as the conversion after the hop did before).
         if (ph.dkv == DkvRole::finish) FL_CUDA(cudaEventRecord(comp_end[size_t(k)], cs));
-        // This phase's dK, dV: where they go depends on its role (plan.hpp's DkvRole).
+        // This phase's dK, dV: where they go depends on its role (plan.hpp's DkvRole). Each partial
+        // covers origin's whole K, V (rows past the keys it used were not read by the step).
         if (ph.dkv == DkvRole::add || ph.dkv == DkvRole::finish)
           FL_CUDA(cudaStreamWaitEvent(cs, comm_end[size_t(k)], 0));  // the sum arrived beside this phase
-        for (int j = 0; j < S; ++j) {
-          const int64_t ko = P.kv_slot_offset(org, j);
-          const int64_t n = p.B * p.H_kv * P.len[size_t(P.chunk_of(org, j))] * p.d;
-          const int np = pending_k[size_t(j)];
-          switch (ph.dkv) {
-            case DkvRole::local:  // a ring of one: dK, dV straight away (the step wrote a slot with one pair)
-              if (direct_k[size_t(j)]) break;
-              if (np == 0) {  // no pair for this key slot: dK = dV = 0
-                FL_CUDA(cudaMemsetAsync(at(dk, ko, e), 0, e * size_t(n), cs));
-                FL_CUDA(cudaMemsetAsync(at(dv, ko, e), 0, e * size_t(n), cs));
-                break;
-              }
-              sum(nullptr, pk[j][0], np == 2 ? &pk[j][1] : nullptr, dk.as<T>() + ko, n, false);
-              sum(nullptr, pv[j][0], np == 2 ? &pv[j][1] : nullptr, dv.as<T>() + ko, n, false);
-              break;
-            case DkvRole::keep:  // part A: the partials wait in pa for the end
-              kept_k[size_t(j)] = np;
-              break;
-            case DkvRole::start:  // step 1: the sum of origin r − 1 starts here, from the partials
-            case DkvRole::add: {  // step s ≥ 2: added to the sum that arrived (no pair here: it passes on as it came)
-              const bool start = ph.dkv == DkvRole::start;
-              float* sum_k = dkv[Phase::dkv_buffer(k)].as<float>() + ko;
-              float* sum_v = dkv[Phase::dkv_buffer(k)].as<float>() + kv_org + ko;
-              if (np == 0) {
-                if (start) {  // no pair for this key slot here: its sum starts at 0
-                  FL_CUDA(cudaMemsetAsync(sum_k, 0, 4 * size_t(n), cs));
-                  FL_CUDA(cudaMemsetAsync(sum_v, 0, 4 * size_t(n), cs));
-                }
-                break;
-              }
-              sum(sum_k, pk[j][0], np == 2 ? &pk[j][1] : nullptr, nullptr, n, !start);
-              sum(sum_v, pv[j][0], np == 2 ? &pv[j][1] : nullptr, nullptr, n, !start);
+        const int np = int(used_k.size());
+        const DeviceBuffer* k0 = np > 0 ? &pk[0] : nullptr;
+        const DeviceBuffer* v0 = np > 0 ? &pv[0] : nullptr;
+        const DeviceBuffer* k1 = np > 1 ? &pk[1] : nullptr;
+        const DeviceBuffer* v1 = np > 1 ? &pv[1] : nullptr;
+        const int64_t u0 = np > 0 ? used_k[0] : 0, u1 = np > 1 ? used_k[1] : 0;
+        switch (ph.dkv) {
+          case DkvRole::local:  // a ring of one: dK, dV straight away (or the step wrote them)
+            if (direct_kv) break;
+            if (np == 0) {  // no pair at all (cannot happen with Nq = Nk): dK = dV = 0
+              FL_CUDA(cudaMemsetAsync(dk.get(), 0, e * size_t(kv_org), cs));
+              FL_CUDA(cudaMemsetAsync(dv.get(), 0, e * size_t(kv_org), cs));
               break;
             }
-            case DkvRole::finish: {  // part B: dK, dV = the arrived sum + A's partial + B's, rounded once
-              float* mine_k = dkv[Phase::dkv_buffer(k)].as<float>() + ko;
-              float* mine_v = dkv[Phase::dkv_buffer(k)].as<float>() + kv_org + ko;
-              const DeviceBuffer* ak = kept_k[size_t(j)] ? &pa_k[j] : nullptr;
-              const DeviceBuffer* av = kept_k[size_t(j)] ? &pa_v[j] : nullptr;
-              const DeviceBuffer* bk = np ? &pk[j][0] : nullptr;
-              const DeviceBuffer* bv = np ? &pv[j][0] : nullptr;
-              if (!ak && !bk) {  // no own pair on this slot (cannot happen: its diagonal is visible)
-                convert_kernel<T><<<elem_blocks(n), 256, 0, cs>>>(mine_k, dk.as<T>() + ko, n);
-                FL_CUDA(cudaGetLastError());
-                convert_kernel<T><<<elem_blocks(n), 256, 0, cs>>>(mine_v, dv.as<T>() + ko, n);
-                FL_CUDA(cudaGetLastError());
-                break;
+            sum(nullptr, k0, u0, k1, u1, dk.as<T>(), heads_k, rows_k, false);
+            sum(nullptr, v0, u0, v1, u1, dv.as<T>(), heads_k, rows_k, false);
+            break;
+          case DkvRole::keep:  // part A: the partial waits in pa for the end
+            kept = np ? u0 : -1;
+            break;
+          case DkvRole::start:  // step 1: the sum of origin r − 1 starts here, from the partials
+          case DkvRole::add: {  // step s ≥ 2: added to the sum that arrived (no pair here: it passes on as it came)
+            const bool start = ph.dkv == DkvRole::start;
+            float* sum_k = dkv[Phase::dkv_buffer(k)].as<float>();
+            float* sum_v = sum_k + kv_org;
+            if (np == 0) {
+              if (start) {  // no pair here: the sum starts at 0
+                FL_CUDA(cudaMemsetAsync(sum_k, 0, 8 * size_t(kv_org), cs));
               }
-              sum(mine_k, ak ? *ak : *bk, ak ? bk : nullptr, dk.as<T>() + ko, n, true);
-              sum(mine_v, av ? *av : *bv, av ? bv : nullptr, dv.as<T>() + ko, n, true);
               break;
             }
+            // (start: rows no partial used are written as 0)
+            sum(sum_k, k0, u0, k1, u1, nullptr, heads_k, rows_k, !start);
+            sum(sum_v, v0, u0, v1, u1, nullptr, heads_k, rows_k, !start);
+            break;
+          }
+          case DkvRole::finish: {  // part B: dK, dV = the arrived sum + A's partial + B's, rounded once
+            float* mine_k = dkv[Phase::dkv_buffer(k)].as<float>();
+            float* mine_v = mine_k + kv_org;
+            const bool a = kept >= 0;
+            sum(mine_k, a ? &pa_k : k0, a ? kept : u0, a ? k0 : nullptr, u0, dk.as<T>(), heads_k, rows_k, true);
+            sum(mine_v, a ? &pa_v : v0, a ? kept : u0, a ? v0 : nullptr, u0, dv.as<T>(), heads_k, rows_k, true);
+            break;
           }
         }
         if (ph.dkv != DkvRole::finish) FL_CUDA(cudaEventRecord(comp_end[size_t(k)], cs));
@@ -661,14 +696,14 @@ struct Rank {
     for (int i = 0; i < S; ++i) {
       const int c = P.chunk_of(r, i);
       const int64_t n = P.len[size_t(c)];
-      const int64_t qo = P.q_slot_offset(r, i), lo = P.lse_slot_offset(r, i), ko = P.kv_slot_offset(r, i);
+      const int64_t qo = P.q_slot_offset(r, i), lo = P.lse_slot_offset(r, i);
       scatter(download(o, qo, p.B * p.H * n * p.d, p.dtype), p.H, c, out.o);
       scatter(download(lse, lo, p.B * p.H * n, DType::f32), -1, c, out.lse);
-      if (backward) {
-        scatter(download(dq, qo, p.B * p.H * n * p.d, p.dtype), p.H, c, out.dq);
-        scatter(download(dk, ko, p.B * p.H_kv * n * p.d, p.dtype), p.H_kv, c, out.dk);
-        scatter(download(dv, ko, p.B * p.H_kv * n * p.d, p.dtype), p.H_kv, c, out.dv);
-      }
+      if (backward) scatter(download(dq, qo, p.B * p.H * n * p.d, p.dtype), p.H, c, out.dq);
+    }
+    if (backward) {
+      scatter_kv(download(dk, 0, P.kv_elems(r), p.dtype), out.dk);
+      scatter_kv(download(dv, 0, P.kv_elems(r), p.dtype), out.dv);
     }
   }
 
