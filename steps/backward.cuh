@@ -35,7 +35,6 @@ struct Dims {
   bool causal;
   float scale;         // softmax_scale
   bool deterministic;  // Problem::deterministic: read by the steps that have the mode (09c)
-  int heads_first = 0;  // EXPERIMENT (09f, run 70): 1 = the column blocks in the old order, j fastest
 };
 
 inline Dims dims_of(const Problem& p) {

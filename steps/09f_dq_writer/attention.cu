@@ -31,7 +31,6 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -210,15 +209,10 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma, setmaxnreg exist only in sm_90a code; limits() refuses other GPUs before any launch
 #else
-  // blockIdx.x = (b·H_kv + h_kv) + B·H_kv·j: every head's K_0 first, then every head's K_1, … With a
-  // causal mask K_j meets fewer Q blocks the larger j, so the longest blocks start first and the last
-  // wave holds the shortest. (09b's order, j fastest, started the last head's K_0, its longest block,
-  // with the last wave.) The Q blocks (of every query head of the group) this column block meets: `it`
-  // = 0 … n_iter − 1 in the order (head, Q block).
+  // blockIdx.x = j + T_c·(b·H_kv + h_kv), as in 09b; the Q blocks (of every query head of the group)
+  // this column block meets: `it` = 0 … n_iter − 1 in the order (head, Q block).
   const int T_c = ceil_div(n.Nk, B_c), T_r = ceil_div(n.Nq, B_r);
-  const int n_bk = n.B * n.H_kv;
-  const int j = n.heads_first ? blockIdx.x % T_c : blockIdx.x / n_bk;
-  const int bk = n.heads_first ? blockIdx.x / T_c : blockIdx.x % n_bk;
+  const int j = blockIdx.x % T_c, bk = blockIdx.x / T_c;
   const int b = bk / n.H_kv, h_kv = bk % n.H_kv;
   const int j0 = j * B_c;
   // Variable length and seqused_k: a template bit (kVarlen), as in 08j, so the plain problem's kernel has
@@ -696,14 +690,8 @@ void launch_backward(const Problem& p, const BackwardArgs& a) {
   auto run = [&](auto kv_) {  // the kernel instantiated for the problem's variant bits (plain: 09c's)
     auto kernel = backward_kernel<T, d, decltype(kv_)::value>;
     allow_smem(kernel, C::smem_bytes);
-    Dims dm = dims_of(p);
-    static const bool heads_first = [] {  // EXPERIMENT (run 70): the old order, for an A/B in one run
-      const char* v = std::getenv("FLASHLADDER_09F_HEADS_FIRST");
-      return v && *v == '1';
-    }();
-    dm.heads_first = heads_first ? 1 : 0;
     kernel<<<blocks, C::kThreads, C::smem_bytes, s>>>(tm_Q, tm_dO, tm_K, tm_V, tm_L2, tm_D, ws, static_cast<T*>(a.dk),
-                                                       static_cast<T*>(a.dv), dm, var);
+                                                       static_cast<T*>(a.dv), dims_of(p), var);
   };
   auto with_len = [&](auto kv_) {  // varlen or seqused_k: the kVarlen bit (08j's)
     if (VariantArgs::per_sequence(p)) run(std::integral_constant<int, decltype(kv_)::value | kVarlen>{});
