@@ -271,13 +271,15 @@ def overlap(twos: list[dict], n_cell) -> list[str]:
         caption = ("ms; compute / transfer of each rank. A row's transfer, its NCCL group on its own stream, runs "
                    "beside the row's compute and is hidden while shorter; it includes any wait for the peer; — : "
                    "nothing moves beside that row. The forward sends nothing after its last step. The backward "
-                   "computes its own keys last: \"own keys, part A\" is the part of the rank's own pairs computed "
-                   "first, beside the first K|V transfer (zigzag: the two pairs of a slot with itself, with causal the "
-                   "diagonals; contiguous: none); steps 1 … G − 1 are the pairs with the travelling K, V (step 1 "
+                   "computes its own keys last: \"own keys, part A\" is the part of the rank's own launches computed "
+                   "first, beside the first K|V transfer (zigzag: the earlier query slot's, with causal its chunk's "
+                   "diagonal; contiguous: none); steps 1 … G − 1 are the launches with the travelling K, V (step 1 "
                    "starts the dK, dV sum of its origin and receives none; a later step's compute includes any wait "
-                   "for the incoming sum); \"own keys, part B\" is the rest of the own pairs, beside the final hop "
-                   "of the dK, dV sums to their owner, hidden while shorter than its compute (its pairs; the pass that "
-                   "writes dK, dV once the hop is in is in no row).")
+                   "for the incoming sum); \"own keys, part B\" is the rest of the own launches, beside the final "
+                   "hop of the dK, dV sums to their owner, hidden while shorter than its compute (its launches; the "
+                   "pass that writes dK, dV once the hop is in is in no row). \"pairs\": the launches of the local "
+                   "step in that row, per rank (plan.hpp's pairs: one query slot against the keys it sees of the "
+                   "K, V in hand; records before run 69 counted one per chunk pair).")
         if old:
             caption += (" Backward records without named rows (the order before, own keys first): the last row is "
                         "the final hop, a transfer with no compute beside it.")
