@@ -58,9 +58,9 @@ struct Pair {
 //                before it, and nothing is received. The sum of o travels o + 1 → … → o + G − 1.
 //   phase G      own keys, part B: the other own pair (zigzag: query slot 1, with causal chunk
 //                2G−1−r on all of chunk r and its own diagonal; contiguous: the one own pair), beside
-//                the final hop: the sum
-//                finished at step G − 1 (origin r + 1) goes to its owner, this rank's own arrives from
-//                r − 1. Then dK, dV = that sum + the partials of A and B, rounded once.
+//                the final hop: the sum finished at step G − 1 (origin r + 1) goes to its owner, this
+//                rank's own arrives from r − 1. Then dK, dV = that sum + the partials of A and B,
+//                rounded once.
 //
 // Why B is the larger part when the own pairs do not split (contiguous: one pair): the hop beside A
 // moves K|V in the storage type, 2 tensors × 2 bytes = 4 bytes per element of the rank's K; the hop
