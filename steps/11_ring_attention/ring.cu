@@ -1,13 +1,15 @@
 // flashladder — steps/11_ring_attention/ring.cu: step 11, ring attention across GPUs on NCCL.
 //
 // One process per GPU ("rank"), each holding its slots of Q, K, V, O, L (plan.hpp says which part of
-// the sequence). The local attention is a ladder step called through its StepImpl (08i_pingpong
-// forward and 09f_dq_writer backward on Hopper): this step adds the ring and the merge, nothing else.
+// the sequence). The local attention is a ladder step called through its StepImpl (08i_pingpong, or
+// 08j_variants where a pair uses seqused_k, forward and 09f_dq_writer backward on Hopper): this step
+// adds the ring and the merge, nothing else. A "pair" (plan.hpp) is one query slot against the keys it
+// sees of the K, V in hand: one launch of the local step.
 //
 // Forward, ring step s = 0 … G − 1 (two streams: compute `cs` and transfer `xs`, events between them):
 //   xs: one NCCL group: send the K|V in hand (origin r − s) to rank r + 1, receive origin r − s − 1 from
 //       rank r − 1 into the other travel buffer (double buffering; not after the last step)
-//   cs: wait for the K|V of step s; for each (query chunk, key chunk) pair of the step, the local step
+//   cs: wait for the K|V of step s; for each pair of the step (one per query slot at most), the local step
 //       writes a partial (O_s, L_s) and a merge kernel folds it into the running (O, L): the same
 //       logsumexp rule as online softmax (step 02 per key, 05 per block, 10 per thread block; here per
 //       GPU):  L' = m + log(e^{L−m} + e^{L_s−m}),  O' = e^{L−L'} O + e^{L_s−L'} O_s,  m = max(L, L_s).
@@ -171,8 +173,7 @@ const Step* pick_step(const std::string& name, bool backward, const std::vector<
   }
   // The ladder's last rungs for long sequences, newest first: on Hopper 08i (forward) and 09f (backward),
   // elsewhere the last ones that accept every pair. Zigzag's pairs on a first key slot use seqused_k,
-  // which 08i refuses: then 08j, whose kernel for plain problems is 08i's. (Step 10, split-KV, is a
-  // decode step for short Nq.)
+  // which 08i refuses: then 08j. (Step 10, split-KV, is a decode step for short Nq.)
   // Not 08k: a persistent kernel holds every SM for the whole launch, so NCCL's send/recv kernel on the
   // transfer stream would wait for the product instead of running under it. (08j's plain kernel is 08i.)
   // Then any other GPU step, from the end of the list.
@@ -526,10 +527,11 @@ struct Rank {
   //     finished the sum this sends): the K|V for phase k + 1 as in the forward, and the dK|dV sums:
   //     the one finished at phase k − 1 goes to r + 1, the one phase k adds to (beside part B: this
   //     rank's own) arrives from r − 1 into buffer k mod 2.
-  //   cs, compute k: each pair's dK, dV into partial buffers of its key slot; then part A keeps them
-  //     (pa, one per key slot) for the end; step 1 starts the sum of its origin from them (a key slot
-  //     without a pair: zeros); a step s ≥ 2 waits for the sum that transfer k brings and adds them; part
-  //     B waits for this rank's own sum and writes dK, dV = sum + A's + B's partials, one pass per slot.
+  //   cs, compute k: each pair's dK, dV into a partial buffer over origin's whole K, V (one per pair of
+  //     the phase); then part A keeps its one for the end (pa); step 1 starts the sum of its origin from
+  //     them (rows no pair used: zeros); a step s ≥ 2 waits for the sum that transfer k brings and adds
+  //     them; part B waits for this rank's own sum and writes dK, dV = sum + A's + B's partials, one
+  //     pass over K and one over V.
   // Part B's compute thus runs beside the final hop, which the previous order (own pairs first) left
   // with no compute beside it (0.905–1.029 ms at N = 32768, causal zigzag, runs 39–40).
   // dQ is summed like the forward's O: partials two at a time into an fp32 sum, the last pass writing dQ.
