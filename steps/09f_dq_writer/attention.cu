@@ -31,6 +31,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -189,7 +190,7 @@ __global__ void __launch_bounds__(Bwd<d>::kThreads, 1)
 backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant__ CUtensorMap tm_dO,
                 const __grid_constant__ CUtensorMap tm_K, const __grid_constant__ CUtensorMap tm_V,
                 const __grid_constant__ CUtensorMap tm_L2, const __grid_constant__ CUtensorMap tm_D,
-                Workspace<d> ws, T* __restrict__ dK, T* __restrict__ dV, Dims n, VariantArgs var) {
+                Workspace<d> ws, T* __restrict__ dK, T* __restrict__ dV, Dims n, VariantArgs var, int n_grp) {
   using C = Bwd<d>;
   constexpr int B_r = C::B_r, B_c = C::B_c, P = C::P, kStages = C::kStages;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -209,10 +210,20 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma, setmaxnreg exist only in sm_90a code; limits() refuses other GPUs before any launch
 #else
-  // blockIdx.x = j + T_c·(b·H_kv + h_kv), as in 09b; the Q blocks (of every query head of the group)
-  // this column block meets: `it` = 0 … n_iter − 1 in the order (head, Q block).
+  // The column blocks go in groups of n_grp (batch, K/V head) pairs bk = b·H_kv + h_kv, and within a
+  // group every pair's K_0 first, then every pair's K_1, …: blockIdx.x = T_c·n_grp·group + g_s·j +
+  // (bk − n_grp·group), g_s the group's size. With a causal mask K_j meets fewer Q blocks the larger j,
+  // so a group's longest blocks start first and the last wave holds the shortest; n_grp = 1 is 09b's
+  // order (j fastest), where the last head's K_0 started with the last wave. The launcher picks n_grp
+  // so that the group's Q and dO fit in a sixth of L2: the blocks running at once come from about as
+  // many heads as with j fastest (run 70: every head at once thrashed L2). Block j − 1 of a pair still
+  // has the smaller blockIdx (the deterministic turns below rely on it). The Q blocks (of every query
+  // head of the group) this column block meets: `it` = 0 … n_iter − 1 in the order (head, Q block).
   const int T_c = ceil_div(n.Nk, B_c), T_r = ceil_div(n.Nq, B_r);
-  const int j = blockIdx.x % T_c, bk = blockIdx.x / T_c;
+  const int n_bk = n.B * n.H_kv, group = int(blockIdx.x / unsigned(n_grp * T_c));
+  const int g_s = min(n_grp, n_bk - n_grp * group);
+  const int within = int(blockIdx.x - unsigned(group * n_grp * T_c));
+  const int j = within / g_s, bk = n_grp * group + within % g_s;
   const int b = bk / n.H_kv, h_kv = bk % n.H_kv;
   const int j0 = j * B_c;
   // Variable length and seqused_k: a template bit (kVarlen), as in 08j, so the plain problem's kernel has
@@ -687,11 +698,29 @@ void launch_backward(const Problem& p, const BackwardArgs& a) {
   const CUtensorMap tm_L2 = tma::make_row_map(ws.L2, q_blocks, C::B_r, "L·log2 e");  // [Q blocks][B_r]
   const CUtensorMap tm_D = tma::make_row_map(ws.D, q_blocks, C::B_r, "D");
   const unsigned blocks = unsigned(ceil_div<int64_t>(p.Nk, C::B_c) * p.B * p.H_kv);
+  // The column blocks' groups (the kernel's header): g (batch, K/V head) pairs whose Q_i and dO_i
+  // (every query head of the K/V head's group) take at most a sixth of L2, rounded down to a divisor
+  // of B·H_kv so that no group is left short. H100, d 128: 8 heads at N 2048, 4 at 4096, 1 at 16384.
+  // A list-scheduling model of the causal FA2 sweep (132 SMs, a block = its iterations + 4 of overhead)
+  // gave the tail of j fastest 5.6–6.8% at N ≤ 8192 and ≤ 2.1% with these groups; 11% → 0.1% at
+  // B 1, H 16, N 8192 (the ring's diagonal chunk). EXPERIMENT (not yet run): FLASHLADDER_09F_GROUP_BYTES
+  // sets the budget (0: j fastest) for an A/B in one run.
+  const int n_bk = int(p.B * p.H_kv);
+  static const int64_t budget = [] {
+    if (const char* v = std::getenv("FLASHLADDER_09F_GROUP_BYTES"); v && *v) return int64_t(std::atoll(v));
+    int dev = 0, l2 = 0;
+    FL_CUDA(cudaGetDevice(&dev));
+    FL_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+    return int64_t(l2) / 6;
+  }();
+  const int64_t head_bytes = 2 * p.group() * int64_t(p.Nq) * d * int64_t(sizeof(T));
+  int g = int(std::clamp<int64_t>(budget / std::max<int64_t>(head_bytes, 1), 1, n_bk));
+  while (n_bk % g != 0) --g;
   auto run = [&](auto kv_) {  // the kernel instantiated for the problem's variant bits (plain: 09c's)
     auto kernel = backward_kernel<T, d, decltype(kv_)::value>;
     allow_smem(kernel, C::smem_bytes);
     kernel<<<blocks, C::kThreads, C::smem_bytes, s>>>(tm_Q, tm_dO, tm_K, tm_V, tm_L2, tm_D, ws, static_cast<T*>(a.dk),
-                                                       static_cast<T*>(a.dv), dims_of(p), var);
+                                                       static_cast<T*>(a.dv), dims_of(p), var, g);
   };
   auto with_len = [&](auto kv_) {  // varlen or seqused_k: the kVarlen bit (08j's)
     if (VariantArgs::per_sequence(p)) run(std::integral_constant<int, decltype(kv_)::value | kVarlen>{});
