@@ -82,6 +82,10 @@ CLI::App* add_ring_command(CLI::App& app, RingOptions& o) {
   c->add_option("--warmup", o.warmup, "Untimed warm-up repetitions")->capture_default_str();
   c->add_option("--timeout", o.timeout_s, "Seconds the whole run may take before every rank is ended")
       ->capture_default_str();
+  c->add_option("--nccl-ctas", o.nccl_ctas,
+                "At most this many thread blocks for NCCL's send/recv kernels (ncclConfig_t maxCTAs, 1-32): each "
+                "one holds an SM that the local step then lacks; 0: NCCL's own choice")
+      ->capture_default_str();
   return c;
 }
 
@@ -387,6 +391,9 @@ int run_ring(const RingOptions& o) {
   if (o.reps < 0 || o.warmup < 0) throw Error("--reps and --warmup must be at least 0");
   if (o.check_kv_heads < 1) throw Error("--check-kv-heads must be at least 1 (dK, dV are judged on some K/V head)");
   if (o.timeout_s < 1) throw Error("--timeout must be at least 1 second");
+  if (o.nccl_ctas < 0 || o.nccl_ctas > 32)
+    throw Error("--nccl-ctas " + std::to_string(o.nccl_ctas) +
+                " is out of range: 0 (NCCL's choice) or 1-32 thread blocks (NCCL's channel limit)");
   if (o.bitwise_local && o.check == "none") throw Error("--bitwise-local needs a checked run (not --check none)");
 
   std::string gpu_why, gpu_name;
@@ -456,6 +463,7 @@ int run_ring(const RingOptions& o) {
   cfg.warmup = o.warmup;
   cfg.reps = o.reps;
   cfg.seed = o.prob.seed;
+  cfg.nccl_ctas = o.nccl_ctas;
   const std::string failed = launch(cfg, checking ? &in : nullptr, out, reports, o.timeout_s);
   if (!failed.empty()) throw Error("the ring failed:" + failed);
 
@@ -577,6 +585,7 @@ int run_ring(const RingOptions& o) {
       rec["check"] = check;
       rec["pass_check"] = checking ? nlohmann::json(pass) : nlohmann::json(nullptr);
       rec["nccl_nvls_enable"] = "0";
+      rec["nccl_ctas"] = o.nccl_ctas;  // 0: NCCL's choice
       json.write(rec);
       double lo = 1e300, hi = 0;
       for (auto& b : rank_busy) { lo = std::min(lo, b.get<double>()); hi = std::max(hi, b.get<double>()); }

@@ -20,6 +20,7 @@ struct RingOptions {
   bool bitwise_local = false;      // G = 1, contiguous: the ring must equal the local steps bit for bit
   int reps = 20, warmup = 3;
   int timeout_s = 1200;            // the whole run; then every rank is ended and the run fails
+  int nccl_ctas = 0;               // > 0: NCCL's kernels use at most this many thread blocks; 0: NCCL's choice
 };
 
 /// Adds the `ring` subcommand and its options to app; returns it.

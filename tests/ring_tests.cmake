@@ -48,6 +48,7 @@ fl_cli_fails(ring_does_not_split "the sequence does not split: N = 3 is less tha
   ring --gpus 2 --layout zigzag -N 3 -d 64)
 fl_cli_fails(ring_nq_nk "needs Nq = Nk" ring --gpus 2 --nq 64 --nk 65)
 fl_cli_fails(ring_bitwise_needs_one "--bitwise-local needs --gpus 1 --layout contiguous" ring --gpus 2 --bitwise-local)
+fl_cli_fails(ring_nccl_ctas_range "--nccl-ctas 33 is out of range: 0 \\(NCCL's choice\\) or 1-32" ring --gpus 2 -N 64 --nccl-ctas 33)
 fl_cli_test(ring_help "ring attention on G GPUs" ring --help)
 
 function(fl_ring_test name)
@@ -66,6 +67,8 @@ fl_ring_test(g2_zigzag_full_fp16 --gpus;2;--layout;zigzag;--backward;-B;2;-H;3;-
 fl_ring_test(g2_contiguous_causal_bf16 --gpus;2;--layout;contiguous;--causal;--backward;-B;2;-H;6;--heads-kv;3;-N;999;-d;128;--dtype;bf16;${small})
 fl_ring_test(g2_contiguous_full_fp16_gqa --gpus;2;--layout;contiguous;--backward;-B;1;-H;4;--heads-kv;2;-N;97;-d;128;${small})
 fl_ring_test(g2_zigzag_causal_d64_fp16 --gpus;2;--layout;zigzag;--causal;--backward;-B;1;-H;2;-N;777;-d;64;${small})
+# NCCL's kernels held to 2 thread blocks (--nccl-ctas): slower hops, the same answer.
+fl_ring_test(g2_zigzag_causal_gqa_fp16_ctas2 --gpus;2;--layout;zigzag;--causal;--backward;-B;2;-H;6;--heads-kv;2;-N;1001;-d;128;--nccl-ctas;2;${small})
 # Long: sampled rows (dK, dV on one K/V head: a full O(N²·d) CPU pass).
 fl_ring_test(g2_zigzag_causal_32768_sampled --gpus;2;--layout;zigzag;--causal;--backward;-B;1;-H;4;--heads-kv;2;-N;32768;-d;128;--check;sampled;--check-kv-heads;1;${small})
 # 3 and 4 GPUs (skipped on fewer): the backward's steps s ≥ 2, which add to a sum that arrived, exist

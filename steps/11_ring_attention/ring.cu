@@ -425,7 +425,12 @@ struct Rank {
     if (G == 1) return;  // a ring of one moves nothing
     ncclUniqueId uid;
     std::memcpy(&uid, id, sizeof uid);
-    FL_NCCL(ncclCommInitRank(&comm, G, uid, r));
+    // NCCL's send/recv kernels run beside the local step, one thread block per channel, and each block
+    // holds an SM the step's blocks then wait for: 32 by default on an H100 pair (NCCL_DEBUG=INFO, run
+    // 76). --nccl-ctas caps them, trading link bandwidth for SMs (the ring README's table).
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    if (cfg.nccl_ctas > 0) config.maxCTAs = cfg.nccl_ctas;
+    FL_NCCL(ncclCommInitRankConfig(&comm, G, uid, r, &config));
   }
   // All ranks start a timed repetition together (the ring would line them up anyway, but then the
   // first step's wait for the slowest rank would count as compute).

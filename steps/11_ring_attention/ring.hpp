@@ -59,6 +59,7 @@ struct RankConfig {
   bool bitwise_local = false;  // G = 1: compare with the local steps run on the whole problem
   int warmup = 2, reps = 10;   // reps = 0: no timing
   uint64_t seed = 1;
+  int nccl_ctas = 0;           // > 0: ncclConfig_t::maxCTAs, the most SMs NCCL's kernels take; 0: NCCL's choice
 };
 
 /// Rank 0 makes the NCCL unique id (the launcher must not touch CUDA or NCCL before forking).
