@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "common/cuda.cuh"
+#include "steps/knob.hpp"  // env_knob: a launcher's tuning knob from the environment
 #include "steps/ladder.hpp"
 
 namespace fl {

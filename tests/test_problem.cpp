@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "app/runner.hpp"
+#include "steps/knob.hpp"
 #include "steps/ladder.hpp"
 
 namespace fl {
@@ -173,3 +174,36 @@ TEST(TimingInputs, SameRequestSharedOtherRequestsDrawnAnew) {
 
 }  // namespace
 }  // namespace fl
+
+// steps/knob.hpp: the launchers' tuning knobs from the environment (FLASHLADDER_SPLITS and the
+// others). Unset or empty is "no knob"; a whole number in range is taken; anything else is refused
+// naming the variable, the value, the range and the meaning, not read as 0 or clamped.
+TEST(EnvKnob, TakesAWholeNumberInRangeAndRefusesAnythingElseByName) {
+  const char* name = "FLASHLADDER_TEST_KNOB";
+  unsetenv(name);
+  EXPECT_FALSE(fl::env_knob(name, 1, INT64_MAX, "blocks").has_value());
+  setenv(name, "", 1);
+  EXPECT_FALSE(fl::env_knob(name, 1, INT64_MAX, "blocks").has_value());
+  setenv(name, "12", 1);
+  EXPECT_EQ(fl::env_knob(name, 1, INT64_MAX, "blocks").value(), 12);
+  setenv(name, "0", 1);
+  EXPECT_EQ(fl::env_knob(name, 0, 5, "bytes").value(), 0);
+  for (const char* bad : {"abc", "4x", " ", "1.5", "-3", "0", "99999999999999999999", "7"}) {
+    setenv(name, bad, 1);
+    try {
+      fl::env_knob(name, 1, 6, "the most blocks");
+      ADD_FAILURE() << "'" << bad << "' was taken";
+    } catch (const fl::Error& e) {
+      const std::string why = e.what();
+      EXPECT_EQ(why, std::string(name) + " = '" + bad + "' is not a whole number from 1 to 6 (the most blocks)");
+    }
+  }
+  setenv(name, "-1", 1);
+  try {
+    fl::env_knob(name, 0, INT64_MAX, "bytes");
+    ADD_FAILURE() << "-1 was taken";
+  } catch (const fl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a whole number >= 0 (bytes)"), std::string::npos) << e.what();
+  }
+  unsetenv(name);
+}

@@ -610,13 +610,8 @@ void launch(const Problem& p, const ForwardArgs& a) {
   // FLASHLADDER_PERSISTENT_GRID, if set (the tests): at most that many blocks. Small problems (every
   // variable-length test case) have fewer tiles than SMs, so each block would take one and the walk
   // across tiles (empty tiles skipped, the counters and tail_V's parity carried over) would go untested.
-  if (const char* e = std::getenv("FLASHLADDER_PERSISTENT_GRID"); e && *e) {
-    char* end = nullptr;
-    const long long v = std::strtoll(e, &end, 10);
-    if (*end != '\0' || v < 1)
-      throw Error(std::string("FLASHLADDER_PERSISTENT_GRID = '") + e + "' is not a whole number >= 1 (the most blocks)");
-    if (v < grid) grid = unsigned(v);
-  }
+  if (const auto v = env_knob("FLASHLADDER_PERSISTENT_GRID", 1, INT64_MAX, "the most blocks"); v && *v < grid)
+    grid = unsigned(*v);
   kernel<<<dim3(grid), dim3(kThreads), smem, static_cast<cudaStream_t>(a.stream)>>>(
       tm_Q, tm_K, tm_V, static_cast<T*>(a.o), a.lse, p.H, p.H_kv, int(p.Nq), int(p.Nk), T_r, int(n_tiles),
       float(p.softmax_scale()), p.causal,

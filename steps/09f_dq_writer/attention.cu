@@ -718,14 +718,9 @@ void launch_backward(const Problem& p, const BackwardArgs& a) {
   // FLASHLADDER_09F_GROUP_BYTES sets the budget in bytes (0: j fastest, 09b's order) for such an A/B.
   const int n_bk = int(p.B * p.H_kv);
   static const int64_t budget = [] {
-    if (const char* v = std::getenv("FLASHLADDER_09F_GROUP_BYTES"); v && *v) {
-      char* end = nullptr;
-      const long long b = std::strtoll(v, &end, 10);
-      if (*end != '\0' || b < 0)
-        throw Error(std::string("FLASHLADDER_09F_GROUP_BYTES must be a whole number of bytes >= 0 (0: the "
-                                "column blocks j fastest), got '") + v + "'");
-      return int64_t(b);
-    }
+    if (const auto b = env_knob("FLASHLADDER_09F_GROUP_BYTES", 0, INT64_MAX,
+                                "bytes of Q and dO per group; 0: the column blocks j fastest"))
+      return *b;
     int dev = 0, l2 = 0;
     FL_CUDA(cudaGetDevice(&dev));
     FL_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));

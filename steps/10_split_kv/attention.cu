@@ -435,13 +435,7 @@ DeviceFacts facts_for(int64_t d) { return d <= 64 ? device_facts<64>() : device_
 
 // FLASHLADDER_SPLITS, if set: the number of splits the benchmark asks for (0: unset).
 int64_t requested_splits() {
-  const char* e = std::getenv("FLASHLADDER_SPLITS");
-  if (!e || !*e) return 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(e, &end, 10);
-  if (*end != '\0' || v < 1)
-    throw Error(std::string("FLASHLADDER_SPLITS = '") + e + "' is not a whole number >= 1 (the number of key splits)");
-  return v;
+  return env_knob("FLASHLADDER_SPLITS", 1, INT64_MAX, "the number of key splits").value_or(0);
 }
 
 // The keys a row tile visits at most: what the splits divide. The longest sequence's keys (seqused_k[b]
