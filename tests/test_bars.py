@@ -67,5 +67,29 @@ class Bars(unittest.TestCase):
         self.assertIn("2 of 2 points met their bars in every run.", out)
 
 
+    def test_decode_times_and_what_the_copy_bar_allows(self):
+        # d2d copy at 3e12 B/s (read + write). B 1, H_kv 8, Nk 8192: K+V = 33554432 bytes, 11.2 µs at the
+        # copy's speed; step 10 takes 22.0 µs (51%): 10.8 µs over, where 85% allows 0.176 × 11.2 = 2.0.
+        # B 16, H_kv 8, Nk 32768: 2 GiB in 692.7 µs (103% of the copy), faster than both torch rows: met.
+        def dec(impl, B, Nk, ms, tflops):
+            return {"impl": impl, "pass": "fwd", "dtype": "fp16", "d": 128, "causal": False, "B": B, "H": 32,
+                    "H_kv": 8, "Nq": 1, "Nk": Nk, "median_ms": ms, "tflops": tflops,
+                    "device": "made-up GPU", "commit": "abc", "date": "2026-11-27"}
+        recs = [{"impl": "d2d_copy", "pass": "copy", "bytes_per_s": 3e12, "device": "made-up GPU"},
+                dec("10_split_kv", 1, 8192, 0.022, 6.1), dec("torch_flash", 1, 8192, 0.03, 4.6),
+                dec("torch_cudnn", 1, 8192, 0.0225, 6.0),
+                dec("10_split_kv", 16, 32768, 0.6927, 12.4), dec("torch_flash", 16, 32768, 0.7, 12.2),
+                dec("torch_cudnn", 16, 32768, 0.6930, 12.3)]
+        with tempfile.TemporaryDirectory() as t:
+            path = os.path.join(t, "decode.jsonl")
+            with open(path, "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in recs)
+            out = bars("--decode", path)
+        self.assertIn("| 1 | 32 | 8 | 1 | 8192 | 22.0 | 11.2 | 6.1 | 1.53 | 51% | 1.33 | 1.02 | **no** |", out)
+        self.assertIn("| 16 | 32 | 8 | 1 | 32768 | 692.7 | 715.8 | 12.4 | 3.10 | 103% | 1.02 | 1.01 | yes |", out)
+        self.assertIn("B 1, H_kv 8, Nq 1, Nk 8192: 10.8 µs over, 2.0 allowed.", out)
+        self.assertNotIn("Nk 32768: ", out.split("Under 85%")[1])
+
+
 if __name__ == "__main__":
     unittest.main()
