@@ -413,7 +413,8 @@ int run_ring(const RingOptions& o) {
 
   std::cout << "flashladder ring: " << p.describe() << ", " << o.gpus << " GPU" << (o.gpus > 1 ? "s" : "") << ", "
             << ring::layout_name(layout) << " layout (" << plan.chunks << " chunks of " << plan.len.back() << "–"
-            << plan.len.front() << " positions), check " << check << "\n";
+            << plan.len.front() << " positions), check " << check
+            << (o.nccl_ctas > 0 ? ", NCCL's kernels at most " + std::to_string(o.nccl_ctas) + " thread blocks" : "") << "\n";
   // The work each rank does at each ring step, as a fraction of the whole problem's (a diagonal pair
   // counts half): what the layout balances, or does not.
   double whole = 0;
