@@ -47,6 +47,14 @@ def unpack(root):
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
 
 
+def random_and_nine_small(root, mib):
+    """mib MiB of random (incompressible) bytes and 9 one-byte files: too many files, a pack of ~mib MiB."""
+    write(root, "random.bin", os.urandom(mib << 20))
+    for i in range(9):
+        write(root, f"s{i}.txt", b"s")
+    return snapshot(root)
+
+
 def within_limits(root):
     files = snapshot(root)
     ok = len(files) <= 8 and sum(map(len, files.values())) <= 64 << 20
@@ -84,10 +92,7 @@ with tempfile.TemporaryDirectory() as t:
 
     # 3. Incompressible 40 MiB: parts of 15 MiB, joined they unpack.
     c = os.path.join(t, "c")
-    write(c, "random.bin", os.urandom(40 << 20))
-    for i in range(9):
-        write(c, f"s{i}.txt", b"s")
-    before = snapshot(c)
+    before = random_and_nine_small(c, 40)
     r = run(c, "--keep", "s0.txt")
     ok, after = within_limits(c)
     parts = [n for n in after if n.startswith("bundle.tar.gz.part")]
@@ -96,10 +101,7 @@ with tempfile.TemporaryDirectory() as t:
 
     # 4. Over the 60 MiB a pack may take: refused, nothing changed.
     d = os.path.join(t, "d")
-    write(d, "random.bin", os.urandom(62 << 20))
-    for i in range(9):
-        write(d, f"s{i}.txt", b"s")
-    before = snapshot(d)
+    before = random_and_nine_small(d, 62)
     r = run(d)
     check(r.returncode == 2 and "over the 60 MiB" in r.stderr and snapshot(d) == before,
           f"a pack over 60 MiB is refused and changes nothing ({r.returncode}: {r.stderr})")
