@@ -23,7 +23,6 @@
 // past its sequence's end is skipped by the producer and the consumers alike (see tile_of).
 #include <climits>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 

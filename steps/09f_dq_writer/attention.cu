@@ -31,7 +31,6 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 

@@ -49,7 +49,6 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <type_traits>
