@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from compare_torch import LEAD_IN, Ours, add_problem_args, flops, load, problem_inputs, run_env  # noqa: E402
+from compare_torch import DTYPES, LEAD_IN, Ours, add_problem_args, flops, load, problem_inputs, run_env  # noqa: E402
 
 
 def short(name, width=90):
