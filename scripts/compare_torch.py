@@ -304,7 +304,7 @@ def decode_sweep(args, lib, env, out):
                                 os.environ["FLASHLADDER_SPLITS"] = str(S)
                             ours = Ours(lib, step, B, H, None, d, causal, dt, H_kv=H_kv, Nq=Nq, Nk=Nk)
                             extra = {}
-                            if step.startswith("10"):  # the S it used: its workspace is S x rows x (d + 1) floats
+                            if step.startswith("10_"):  # the S it used: its workspace is S x rows x (d + 1) floats (10b has none)
                                 per = B * H * Nq * (d + 1) * 4
                                 extra["splits"] = max(1, ours.ws_bytes[0] // per)
                                 extra["splits_forced"] = S is not None
@@ -358,12 +358,13 @@ def decode_sweep(args, lib, env, out):
                     cells = "  ".join(f"{k} {r['tflops']:5.1f} TF {r['kv_bytes_per_s'] / 1e12:4.2f} TB/s"
                                       + (f" (S={r['splits']})" if "splits" in r else "") for k, r in row.items())
                     ratio = ""
-                    if "10_split_kv" in row:
-                        ms = row["10_split_kv"]["median_ms"]
-                        ratio = "  10/flash {:.2f}  10/cudnn {:.2f}  10 at {:.0%} of copy".format(
+                    top = next((st for st in reversed(steps) if st in ("10_split_kv", "10b_cluster_merge") and st in row), None)
+                    if top:
+                        ms, n = row[top]["median_ms"], top.split("_")[0]
+                        ratio = "  {n}/flash {:.2f}  {n}/cudnn {:.2f}  {n} at {:.0%} of copy".format(
                             row["torch_flash"]["median_ms"] / ms if "torch_flash" in row else float("nan"),
                             row["torch_cudnn"]["median_ms"] / ms if "torch_cudnn" in row else float("nan"),
-                            row["10_split_kv"]["kv_frac_of_copy"])
+                            row[top]["kv_frac_of_copy"], n=n)
                     print(f"B={B:2d} H_kv={H_kv:2d} Nq={Nq} Nk={Nk:6d}: {cells}{ratio}", flush=True)
     return failures
 
@@ -387,8 +388,9 @@ def main():
     ap.add_argument("--dims", default="64,128", help="head dims of the FA2 sweep (a subset for a quick look)")
     ap.add_argument("--causal", default="no,yes", help="which masks of the FA2 sweep: no, yes or both")
     ap.add_argument("--sweeps", default="fa2", help="which sweeps, comma-separated: fa2 (the FA2 paper's), decode")
-    ap.add_argument("--decode-steps", default="08g_smem_epilogue,10_split_kv",
-                    help="our forward steps in the decode sweep (10_split_kv's ratios are printed)")
+    ap.add_argument("--decode-steps", default="08g_smem_epilogue,10_split_kv,10b_cluster_merge",
+                    help="our forward steps in the decode sweep (the ratios of the last one listed of 10_split_kv "
+                         "and 10b_cluster_merge are printed)")
     ap.add_argument("--decode-b", default="1,16,64")
     ap.add_argument("--decode-hkv", default="8,32")
     ap.add_argument("--decode-nq", default="1,4")

@@ -36,6 +36,7 @@ FL_GPU_STEP(s09d)
 FL_GPU_STEP(s09e)
 FL_GPU_STEP(s09f)
 FL_GPU_STEP(s10)
+FL_GPU_STEP(s10b)
 #define FL_GPU(x) (&(x))
 
 namespace fl {
@@ -138,6 +139,11 @@ const std::vector<Step>& ladder() {
       {"10", "10_split_kv",
        "split-KV decoding: the keys split across thread blocks too, partials merged by the logsumexp rule; GQA heads packed into one tile",
        Where::gpu, false, kGpuTypes, DecodeD::list(), FL_GPU(s10::impl), "08d", Arch::any, false,
+       kWindow | kSeqused},
+      {"10b", "10b_cluster_merge",
+       "the splits of a tile are one thread-block cluster: the partials stay in shared memory and the cluster merges them "
+       "through distributed shared memory, with no second kernel and no workspace",
+       Where::gpu, false, kGpuTypes, DecodeD::list(), FL_GPU(s10b::impl), "10", Arch::sm90a, false,
        kWindow | kSeqused},
   };
   return steps;

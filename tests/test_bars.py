@@ -89,6 +89,18 @@ class Bars(unittest.TestCase):
         self.assertIn("| 16 | 32 | 8 | 1 | 32768 | 692.7 | 715.8 | 12.4 | 3.10 | 103% | 1.02 | 1.01 | yes |", out)
         self.assertIn("B 1, H_kv 8, Nq 1, Nk 8192: 10.8 µs over, 2.0 allowed.", out)
         self.assertNotIn("Nk 32768: ", out.split("Under 85%")[1])
+        # With 10b's records beside, 10b is the step judged, with its time against step 10's (6.1 / 5.5
+        # TFLOP/s at the first point); a point step 10 has no record of gets "–".
+        recs += [dec("10b_cluster_merge", 1, 8192, 0.020, 6.1 * 1.1), dec("10b_cluster_merge", 1, 32768, 0.05, 10.0)]
+        with tempfile.TemporaryDirectory() as t:
+            path = os.path.join(t, "decode.jsonl")
+            with open(path, "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in recs)
+            out = bars("--decode", path)
+        self.assertIn("| B | H | H_kv | Nq | Nk | 10b µs | copy's µs |", out)
+        self.assertIn("| 1 | 32 | 8 | 1 | 8192 | 20.0 | 11.2 | 6.7 | 1.68 | 56% | 1.46 | 1.12 | 1.10 | **no** |", out)
+        self.assertIn("| 1 | 32 | 8 | 1 | 32768 | 50.0 | 44.7 | 10.0 | 2.68 | 89% | nan | nan | – | **no** |", out)
+        self.assertIn("step 10b's time over the copy's time", out)
 
 
 if __name__ == "__main__":

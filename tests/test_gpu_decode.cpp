@@ -7,7 +7,8 @@
 //
 // Step 10 (split-KV) runs each case again with the number of splits forced through FLASHLADDER_SPLITS
 // (1: no merge kernel; 3: uneven chunks; 200, clamped to one split per 16 keys: splits that see no
-// key of a row, or no key tile of a row tile at all, must drop out of the merge without a NaN).
+// key of a row, or no key tile of a row tile at all, must drop out of the merge without a NaN), and
+// so does 10b (its merge in a cluster of S blocks: 1, 3, 16, and 200 clamped to 16).
 // Then its own properties: the heuristic splits the small decode grids and leaves large grids whole,
 // the workspace it reports is the partials' size, and a bad FLASHLADDER_SPLITS is refused with the
 // reason.
@@ -19,6 +20,7 @@
 // one into a product fails; and the splits are counted from the keys visited, not from Nk.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -93,6 +95,14 @@ class SplitsEnv {
   bool had_ = false;
 };
 
+// The splits each case runs with again, forced: step 10's (1, 3, 200, clamped to a split per 16
+// keys) and 10b's (1, 3, 16: its largest cluster, and 200, clamped to it).
+std::vector<const char*> forced_splits(const Step& s) {
+  if (s.number == "10") return {"1", "3", "200"};
+  if (s.number == "10b") return {"1", "3", "16", "200"};
+  return {};
+}
+
 struct Param {
   const DecodeCase* c;
   const Step* s;
@@ -109,8 +119,7 @@ std::vector<Param> params() {
     for (const Step& s : ladder()) {
       if (!s.gpu() || !s.supports_d(c.d) || !s.supports_dtype(c.t)) continue;
       out.push_back({&c, &s, ""});
-      if (s.number == "10")
-        for (const char* n : {"1", "3", "200"}) out.push_back({&c, &s, n});
+      for (const char* n : forced_splits(s)) out.push_back({&c, &s, n});
     }
   return out;
 }
@@ -310,8 +319,7 @@ std::vector<VariantParam> variant_params() {
       const Problem p = problem_of(c);
       if (!s.gpu() || !s.supports_d(c.d) || !s.supports_dtype(c.t) || (variants_of(p) & ~s.variants) != 0) continue;
       out.push_back({&c, &s, ""});
-      if (s.number == "10")
-        for (const char* n : {"1", "3", "200"}) out.push_back({&c, &s, n});
+      for (const char* n : forced_splits(s)) out.push_back({&c, &s, n});
     }
   return out;
 }
@@ -411,6 +419,65 @@ TEST(SplitKv, TheHeuristicSplitsAWindowByItsOwnKeys) {
   EXPECT_LE(windowed, whole);
   p.window_left = 256;
   EXPECT_EQ(s->impl->workspace_bytes(p), 0u) << p.describe();
+}
+
+// ---- Step 10b: the same splits, merged inside a cluster ----------------------------------------------
+}  // namespace
+}  // namespace fl::test
+
+// 10b's heuristic, read directly (its workspace is always 0, so the splits cannot be read from it);
+// weak: a build without nvcc has no 10b, and the test then skips.
+namespace fl::s10b {
+int splits(const Problem& p) __attribute__((weak));
+}
+
+namespace fl::test {
+namespace {
+
+const Step* step10b() {
+  const Step* s = find_step("10b");
+  return s && s->impl && fl::s10b::splits ? s : nullptr;
+}
+
+// No workspace at any S: the partials live in shared memory. And a bad FLASHLADDER_SPLITS is refused by
+// 10b as by 10 (the knob is theirs both), with a device or without.
+TEST(ClusterMerge, NeedsNoWorkspaceAndRefusesABadSplitsVariable) {
+  const Step* s = step10b();
+  if (!s) GTEST_SKIP() << "step 10b is not in this build (no nvcc)";
+  for (const char* n : {"", "1", "5", "100000"}) {
+    const SplitsEnv env(n);
+    EXPECT_EQ(s->impl->workspace_bytes(decode_problem(1, 8, 1, 32768)), 0u) << "FLASHLADDER_SPLITS=" << n;
+  }
+  const SplitsEnv env("4x");
+  const std::string why = s->refusal(decode_problem(1, 8, 1, 4096));
+  EXPECT_NE(why.find("FLASHLADDER_SPLITS"), std::string::npos) << why;
+  EXPECT_NE(why.find("4x"), std::string::npos) << why;
+}
+
+// On the GPU: step 10's S wherever that is at most one cluster (16 on a GPU that schedules clusters of
+// 16), else the cluster's size; a forced S is clamped to it too.
+TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
+  FL_NEED_GPU();
+  const Step* s10 = step10();
+  ASSERT_TRUE(s10 && step10b()) << "steps 10 and 10b are not in this CUDA build";
+  int most = 0;  // the largest cluster: what a forced 200 splits is clamped to (16, or 8 where 16 does not fit)
+  {
+    const SplitsEnv forced("200");
+    most = fl::s10b::splits(decode_problem(1, 8, 1, 32768));
+    std::cout << "  the largest cluster of 10b's blocks on this GPU: " << most << "\n";
+    EXPECT_TRUE(most == 16 || most == 8) << most;
+  }
+  const SplitsEnv env("");
+  for (auto [B, H_kv, Nq, Nk] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 8, 1, 32768}, {1, 8, 4, 8192},
+                                 {1, 32, 4, 131072}, {1, 32, 1, 8192}, {1, 2, 1, 65536}, {1, 1, 16, 8192},
+                                 {16, 8, 1, 32768}, {64, 32, 1, 1024}}) {
+    const Problem p = decode_problem(B, H_kv, Nq, Nk);
+    const size_t per_split = size_t(p.lse_elems()) * size_t(p.d + 1) * 4;
+    const int64_t S10 = std::max<int64_t>(1, int64_t(s10->impl->workspace_bytes(p) / per_split));
+    const int S = fl::s10b::splits(p);
+    EXPECT_EQ(S, std::min<int64_t>(S10, most)) << p.describe();
+    std::cout << "  " << p.describe() << ": 10b S = " << S << " (10: " << S10 << ")\n";
+  }
 }
 
 }  // namespace

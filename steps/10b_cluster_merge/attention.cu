@@ -1,0 +1,546 @@
+// flashladder — step 10b: the merge of step 10's splits inside a thread-block cluster, through
+// distributed shared memory, instead of a second kernel.
+//
+// Step 10 splits the keys of each (batch, K/V head, row tile) into S chunks, one thread block each;
+// every block writes its partial (O_s, L_s) to global memory, and a merge kernel, launched after it
+// (programmatic dependent launch: scheduled early, waiting in griddepcontrol.wait), reads the S
+// partials back and applies the logsumexp rule. At the small decode reads that need splitting, that
+// merge is a fixed cost the bytes cannot hide: run 79 (H100, B 1, H 32, H_kv 8, Nq 1, Nk 32768, d 128,
+// scripts/kernel_times.py --decode) timed step 10's call at 55.0 µs by CUDA events, of which the split
+// kernel is 47.9 µs and a single kernel's launch and events ~2.7 µs (the S = 1 shapes): ~4.4 µs go to
+// the merge after the split kernel ends — waiting for the whole grid to finish and flush, then one
+// round trip to L2 for L_s and another for O_s.
+//
+// The one idea: on Hopper the S blocks of one tile can be ONE thread-block cluster (cluster dims
+// (S, 1, 1); the splits of a tile are neighbours in the grid already, s = blockIdx.x % S is the
+// block's rank in its cluster). A cluster's blocks run at the same time on one GPC, and each can read
+// the others' shared memory (distributed shared memory, DSMEM: ld.shared::cluster through an address
+// mapped to the other block, cooperative_groups' map_shared_rank). So a block keeps its partial in its
+// own shared memory, the cluster meets at one barrier (barrier.cluster.arrive.release / wait.acquire:
+// every partial written and visible), and the merge reads the S partials from the neighbours' shared
+// memory: the same rule as step 10's merge kernel,
+//     m = max_s L_s,   L = m + ln Σ_s e^{L_s − m},   O = Σ_s e^{L_s − L} O_s,
+// with the rows' (row, 4-column) pieces dealt out over the cluster's threads. A second cluster
+// barrier keeps every block (and its shared memory) alive until the others have read it. No
+// workspace, no second kernel, no wait for a whole grid: only the cluster's own blocks.
+//
+// What it costs: S is at most a cluster's size. The portable limit is 8 blocks; Hopper schedules 16
+// with cudaFuncAttributeNonPortableClusterSizeAllowed, if 16 of these blocks (96 KiB of rings each)
+// fit in one GPC, which cudaOccupancyMaxActiveClusters answers at the first launch. Step 10's
+// heuristic takes up to 30 splits when fewer than 8 (batch, K/V head, row tile) blocks exist
+// (B·H_kv < 8 at Nq·G ≤ 16); here S stops at 16, so those shapes keep half of the SMs idle and step
+// 10 stays the faster step there (README.md says where).
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <mutex>
+#include <string>
+#include <type_traits>
+
+#include <cooperative_groups.h>
+
+#include "steps/device/math.cuh"
+#include "steps/device/mma.cuh"
+#include "steps/launch.cuh"
+#include "steps/variants.cuh"  // VariantArgs: the window, causal folded in
+
+namespace fl::s10b {
+
+namespace cg = cooperative_groups;
+
+constexpr int B_r = 16;      // rows of a tile: the G·Nq packed query rows of one K/V head, padded to 16
+constexpr int B_w = 16;      // keys per warp tile (one k-step of P̃V, two n-tiles of S)
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kMaxSplits = 16;  // S: at most one cluster of blocks (Hopper's non-portable maximum), see above
+
+// kStages warp tiles of K and V per warp ring: 96 KiB of ring per block at d = 64 and 128, so two
+// blocks (8 warps, 2·4·(kStages − 1) tiles in flight) share an SM.
+template <int d>
+struct Tiles {
+  static constexpr int kStages = d <= 64 ? 6 : 3;
+  static constexpr int kTileElems = B_w * d;                               // one K or V warp tile
+  static constexpr int kRingElems = kWarps * kStages * 2 * kTileElems;     // every warp's K and V slots
+  static constexpr size_t kSmem = size_t(B_r * d + kRingElems) * 2;        // Q tile + rings (16-bit T)
+  // After the loop the rings hold the warps' partial O (fp32, rows padded by 4 floats) and m, ℓ.
+  static constexpr size_t kMergeBytes = size_t(kWarps * B_r * (d + 4) + 2 * kWarps * B_r) * 4;
+  // Then, behind them, the block's partial for the cluster: O_s [B_r][d] and L_s [B_r], fp32.
+  static constexpr size_t kPartialBytes = size_t(B_r * d + B_r) * 4;
+  static_assert(kMergeBytes + kPartialBytes <= size_t(kRingElems) * 2, "the merge buffers and the partial fit in the rings");
+};
+
+// Offset of element (row, col) of a [rows][d] tile, 08d's XOR swizzle (d = 64, 128: chunk ^ row % 8),
+// so that ldmatrix's 8 rows of one 16-byte column fall in 8 different bank groups.
+template <int d>
+__device__ __forceinline__ int at(int row, int col) {
+  return row * d + ((col / 8) ^ (row % 8)) * 8 + col % 8;
+}
+
+// cp.async of ROWS rows of a row-major [rows_left…][d] block into a [ROWS][d] swizzled tile by N
+// threads (id = this thread's index among them). Rows at or past rows_left are zero-filled (src-size
+// 0; the source address is then the block's first row, which exists) and never read unmasked.
+template <class T, int d, int ROWS, int N>
+__device__ __forceinline__ void load_rows(T* tile, const T* block, int64_t rows_left, int id) {
+  constexpr int kChunks = d / 8;  // 16-byte chunks per row
+  static_assert(ROWS * kChunks % N == 0, "every thread moves the same number of chunks");
+#pragma unroll
+  for (int step = 0; step < ROWS * kChunks / N; ++step) {
+    const int idx = step * N + id;  // consecutive threads, consecutive 16-byte chunks
+    const int row = idx / kChunks, col = idx % kChunks * 8;
+    const bool valid = row < rows_left;
+    mma::cp_async_16(tile + at<d>(row, col), block + (valid ? int64_t(row) * d + col : 0), valid);
+  }
+}
+
+// One thread block: the rows [r0, r0 + 16) of the packed [M][d] tile of one (batch, K/V head), over
+// the key chunk of split s. Fragment names as in 08d: lane = 4·g + t holds rows g and g + 8 of the
+// tile and, in each 8-column n-tile, columns 2t and 2t + 1. Key and row-in-head indices are 32-bit
+// (limits() keeps Nq, Nk below 2^30); packed rows and tensor offsets are 64-bit.
+// S == 1: O and L are written directly (storage type, fp32). S > 1: the normalised partial O_s and L_s
+// (fp32) stay in this block's shared memory, and the cluster of the tile's S blocks merges them.
+template <class T, int d>
+__global__ void __launch_bounds__(kThreads)
+attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                 T* __restrict__ O, float* __restrict__ L, int64_t M, int Nq, int Nk, int64_t H_kv, int64_t T_r,
+                 int S, float scale, bool causal, const int32_t* __restrict__ seqused_k,
+                 VariantArgs var) {
+  constexpr int kStages = Tiles<d>::kStages, kTileElems = Tiles<d>::kTileElems;
+  const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* Q_s = reinterpret_cast<T*>(smem);  // Q tile: [B_r][d] in shared memory
+  T* ring = Q_s + B_r * d;              // [kWarps][kStages][K, V][B_w][d]: each warp's own slots
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+
+  // blockIdx.x = s + S·(tile + T_r·(b·H_kv + h_kv)): the splits of one tile are neighbours, and so are
+  // the row tiles of one K/V head (with S = 1 and many row tiles they share K, V in L2). Causal: the
+  // row tiles run backwards, the ones that see the most keys first. One flat x dimension.
+  const int s = int(blockIdx.x % S);
+  const int64_t rest = blockIdx.x / S, bh = rest / T_r;  // bh = b·H_kv + h_kv
+  const int64_t tile = causal ? T_r - 1 - rest % T_r : rest % T_r;
+  const int64_t r0 = tile * B_r;                                      // first packed row of the tile
+  const int rows_here = M - r0 < B_r ? int(M - r0) : B_r;             // rows of it that exist
+  const T* Q_g = Q + (bh * M + r0) * d;  // packed rows r = h'·Nq + i of heads h_kv·G + h': [rows_here][d]
+  const T* K_g = K + bh * Nk * d;        // K: [Nk][d] of K/V head h_kv
+  const T* V_g = V + bh * Nk * d;        // V: [Nk][d]
+
+  // The keys this sequence uses: the first seqused_k[b] of the Nk rows its cache holds (a batch of
+  // decode requests whose caches are filled to different lengths), or all Nk. Every rule below reads
+  // them as its Nk: the diagonal is the sequence's own, and no key past n_k is loaded.
+  const int n_k = seqused_k ? seqused_k[bh / H_kv] : Nk;
+  // The window, bottom-right aligned (08j's key_lo, key_hi; causal is its right edge 0, folded in by
+  // VariantArgs): query i sees the keys [key_lo(i), key_hi(i)). Packed row r is query i = r % Nq, so a
+  // tile's rows need not be in order (it can wrap from i = Nq − 1 to 0); both edges move right with i,
+  // so the tile visits the keys [n_begin, n_end) (its smallest i starts them, its largest ends them)
+  // and every row sees at least [lo_max, n_min): the tiles outside it are the ones to mask.
+  const int diag = n_k - Nq;
+  auto key_lo = [&](int i) { return var.left < 0 ? 0 : max(0, i + diag - var.left); };
+  auto key_hi = [&](int i) { return var.right < 0 ? n_k : min(n_k, i + diag + var.right + 1); };
+  const int i_first = int(r0 % Nq);
+  const bool wraps = i_first + rows_here - 1 >= Nq;
+  const int i_max = wraps ? Nq - 1 : i_first + rows_here - 1, i_min = wraps ? 0 : i_first;
+  const int n_begin = key_lo(i_min), n_end = key_hi(i_max);
+  const int lo_max = key_lo(i_max), n_min = key_hi(i_min);
+  int first[2], last[2];  // this thread's rows g and g + 8 see keys [first, last); padded rows: all (never stored)
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int i = (i_first + g + 8 * rr) % Nq;
+    first[rr] = g + 8 * rr < rows_here ? key_lo(i) : 0;
+    last[rr] = g + 8 * rr < rows_here ? key_hi(i) : n_k;
+  }
+
+  // This split's warp tiles of B_w keys: [t_begin, t_end) of the T_c tiles the row tile visits, from
+  // tile j_first on (a window's first key, rounded down to a tile); warp w takes t_begin + w, + w + 4,
+  // … (n_mine of them), so a partial last tile costs one warp one tile, not the block.
+  const int j_first = n_begin / B_w;
+  const int T_c = n_end > n_begin ? (n_end + B_w - 1) / B_w - j_first : 0;
+  const int t_begin = j_first + int(int64_t(T_c) * s / S), t_end = j_first + int(int64_t(T_c) * (s + 1) / S);
+  const int n_mine = t_end - t_begin > warp ? (t_end - t_begin - warp + kWarps - 1) / kWarps : 0;
+  T* my_ring = ring + warp * kStages * 2 * kTileElems;
+  auto load_kv = [&](int k) {  // this warp's k-th tile → slot k % kStages (copies not waited for)
+    const int j0 = (t_begin + warp + kWarps * k) * B_w;
+    T* K_s = my_ring + k % kStages * 2 * kTileElems;
+    load_rows<T, d, B_w, 32>(K_s, K_g + int64_t(j0) * d, n_k - j0, lane);  // keys past n_k: zeros, never read
+    load_rows<T, d, B_w, 32>(K_s + kTileElems, V_g + int64_t(j0) * d, n_k - j0, lane);
+  };
+
+  // ---- Prologue: Q (the whole block), then each warp's first kStages − 1 tiles, one group each
+  // (committed even when empty, so that group k + 1 is always tile k: the waits below count on it).
+  load_rows<T, d, B_r, kThreads>(Q_s, Q_g, rows_here, threadIdx.x);
+  mma::cp_async_commit();
+#pragma unroll
+  for (int k = 0; k < kStages - 1; ++k) {
+    if (k < n_mine) load_kv(k);
+    mma::cp_async_commit();
+  }
+  mma::cp_async_wait<kStages - 1>();  // this thread's part of Q has landed
+  __syncthreads();                    // everyone's has
+  // Q's A fragments for all d/16 k-steps, kept in registers for the whole loop (08d's ldmatrix).
+  uint32_t q[d / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < d / 16; ++kk) mma::ldmatrix_x4(q[kk], Q_s + at<d>(lane % 16, 16 * kk + lane / 16 * 8));
+
+  float O_i[d / 8][4];  // the warp's unnormalised O over its keys: O_i[n][2rr+e] = O[g+8rr][8n+2t+e]
+  float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};  // running max (unscaled S), running sum
+#pragma unroll
+  for (int n = 0; n < d / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) O_i[n][e] = 0.f;
+
+  // ---- Main loop: the warp's tiles, kStages − 1 ahead in its own ring.
+  for (int k = 0; k < n_mine; ++k) {
+    mma::cp_async_wait<kStages - 2>();  // groups 0 … k + 1 done: Q and this thread's copies of tile k
+    __syncwarp();  // every lane's copies of tile k visible to the warp; every lane done reading tile k − 1
+    if (k + kStages - 1 < n_mine) load_kv(k + kStages - 1);  // into tile k − 1's slot
+    mma::cp_async_commit();
+    const T* K_s = my_ring + k % kStages * 2 * kTileElems;  // K_j: [B_w][d], swizzled
+    const T* V_s = K_s + kTileElems;                        // V_j: [B_w][d], swizzled
+    const int j0 = (t_begin + warp + kWarps * k) * B_w;     // first key of the tile
+
+    // S_ij = Q K_jᵀ, unscaled: [16][16] in two n-tiles (08d's K fragments, one ldmatrix.x4 per k-step).
+    float S_ij[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int kk = 0; kk < d / 16; ++kk) {
+      uint32_t kb[4];
+      mma::ldmatrix_x4(kb, K_s + at<d>(lane % 8 + lane / 16 * 8, 16 * kk + lane / 8 % 2 * 8));
+      const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+      mma::mma_m16n8k16<T>(S_ij[0], q[kk], b0);
+      mma::mma_m16n8k16<T>(S_ij[1], q[kk], b1);
+    }
+
+    // Mask only tiles that need it: keys left of lo_max (the window's left edge of some row) or at or
+    // past n_min (the causal or right edge of some row, or n_k).
+    if (j0 < lo_max || j0 + B_w > n_min) {
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr)
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int j = j0 + 8 * n + 2 * t + e;
+            if (j >= last[rr] || j < first[rr]) S_ij[n][2 * rr + e] = -INFINITY;
+          }
+    }
+
+    // Online softmax in base 2, exactly 08d's (see there for m_sub and __fmul_rn).
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      float m_new = fmaxf(m_i[rr], fmaxf(fmaxf(S_ij[0][2 * rr], S_ij[0][2 * rr + 1]),
+                                         fmaxf(S_ij[1][2 * rr], S_ij[1][2 * rr + 1])));
+      m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
+      m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+      const float m_sub = m_new == -INFINITY ? 0.f : __fmul_rn(m_new, scale_log2);
+      const float alpha = mma::exp2_approx(__fmul_rn(m_i[rr], scale_log2) - m_sub);
+      m_i[rr] = m_new;
+      float rowsum = 0.f;
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = S_ij[n][2 * rr + e];
+          x = mma::exp2_approx(fmaf(x, scale_log2, -m_sub));
+          rowsum += x;
+        }
+      l_i[rr] = alpha * l_i[rr] + rowsum;
+#pragma unroll
+      for (int n = 0; n < d / 8; ++n) {
+        O_i[n][2 * rr] *= alpha;
+        O_i[n][2 * rr + 1] *= alpha;
+      }
+    }
+
+    // O_i += P̃_ij V_j: one k-step of 16 keys, P̃ from the accumulators (08d's A layout), V_j by
+    // ldmatrix.trans, two n-tiles per x4.
+    const uint32_t a[4] = {mma::pack2<T>(S_ij[0][0], S_ij[0][1]), mma::pack2<T>(S_ij[0][2], S_ij[0][3]),
+                           mma::pack2<T>(S_ij[1][0], S_ij[1][1]), mma::pack2<T>(S_ij[1][2], S_ij[1][3])};
+#pragma unroll
+    for (int n = 0; n < d / 16; ++n) {
+      uint32_t vb[4];
+      mma::ldmatrix_x4_trans(vb, V_s + at<d>(lane % 16, 16 * n + lane / 16 * 8));
+      const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+      mma::mma_m16n8k16<T>(O_i[2 * n], a, b0);
+      mma::mma_m16n8k16<T>(O_i[2 * n + 1], a, b1);
+    }
+  }
+  mma::cp_async_wait<0>();  // no copy outlives the loop (the trailing groups are empty)
+
+  // ---- The merge inside the block: the 4 warps' (m_w, ℓ_w, O_w) over disjoint keys, through shared
+  // memory (the rings, no longer read), by the rule of the online softmax in base 2:
+  //   m = max_w m_w,  f_w = 2^(m_w·τlog2e − m·τlog2e),  ℓ = Σ_w f_w ℓ_w,  O = Σ_w f_w O_w / ℓ.
+  // A warp that saw no key for a row has m_w = −∞, ℓ_w = 0, O_w = 0, so f_w = 0; if no warp saw one,
+  // m_sub is 0 instead of −∞ (no −∞ − −∞) and ℓ = 0: O = 0, and L = +∞ (S = 1) or −∞ (a partial:
+  // weight e^{−∞} = 0 in the merge kernel).
+  float* O_w = reinterpret_cast<float*>(ring);  // [kWarps][B_r][d + 4] (4 floats of padding per row)
+  float* m_w = O_w + kWarps * B_r * (d + 4);    // [kWarps][B_r]
+  float* l_w = m_w + kWarps * B_r;              // [kWarps][B_r]
+  __syncthreads();  // every warp is done with its ring
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    float l = l_i[rr];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);  // the quad's partial sums: the warp's ℓ of the row
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = warp * B_r + g + 8 * rr;
+#pragma unroll
+    for (int n = 0; n < d / 8; ++n)
+      *reinterpret_cast<float2*>(O_w + row * (d + 4) + 8 * n + 2 * t) = make_float2(O_i[n][2 * rr], O_i[n][2 * rr + 1]);
+    if (t == 0) {
+      m_w[row] = m_i[rr];
+      l_w[row] = l;
+    }
+  }
+  __syncthreads();
+  const int64_t row_g = bh * M + r0;  // flat row (b·H + h)·Nq + i of the tile's first row
+  constexpr int kC = d / 4;           // 4-column chunks per row
+  float* P_s = l_w + kWarps * B_r;    // S > 1: this split's normalised O_s, [B_r][d] fp32 (Tiles::kPartialBytes)
+  float* Ls_s = P_s + B_r * d;        // S > 1: its L_s, [B_r]
+  for (int c = threadIdx.x; c < B_r * kC; c += kThreads) {
+    const int row = c / kC, col = c % kC * 4;
+    if (row >= rows_here) break;  // rows grow with c: the rest are padding too
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, m_w[w * B_r + row]);
+    const float m_sub = m == -INFINITY ? 0.f : __fmul_rn(m, scale_log2);
+    float l = 0.f;
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = mma::exp2_approx(__fmul_rn(m_w[w * B_r + row], scale_log2) - m_sub);
+      const float4 x = *reinterpret_cast<const float4*>(O_w + (w * B_r + row) * (d + 4) + col);
+      l = fmaf(f, l_w[w * B_r + row], l);
+      o = make_float4(fmaf(f, x.x, o.x), fmaf(f, x.y, o.y), fmaf(f, x.z, o.z), fmaf(f, x.w, o.w));
+    }
+    const float inv_l = l > 0.f ? 1.f / l : 0.f;
+    o = make_float4(o.x * inv_l, o.y * inv_l, o.z * inv_l, o.w * inv_l);
+    if (S == 1) {  // the final answer: O in the storage type (8-byte stores), L = τ m + ln ℓ or +∞
+      *reinterpret_cast<uint2*>(O + (row_g + row) * d + col) =
+          make_uint2(mma::pack2<T>(o.x, o.y), mma::pack2<T>(o.z, o.w));
+      if (col == 0) L[row_g + row] = log_sum_exp(m, l, scale, scale_log2);
+    } else {       // split s's partial stays here, for the cluster: O_s in fp32, L_s (−∞: no key of this chunk)
+      *reinterpret_cast<float4*>(P_s + row * d + col) = o;
+      if (col == 0) Ls_s[row] = l > 0.f ? log_sum_exp(m, l, scale, scale_log2) : -INFINITY;
+    }
+  }
+  if (S == 1) return;  // a cluster of one block: nothing to merge
+
+  // ---- The merge across the cluster (step 10's merge kernel, reading shared memory, not global):
+  //   m = max_s L_s,   ℓ = Σ_s e^{L_s − m},   L = m + ln ℓ,   O = Σ_s (e^{L_s − m}/ℓ) O_s.
+  // The tile's rows_here·d/4 pieces (row, 4 columns) are dealt out over the cluster's S·128 threads;
+  // each reads the piece from every rank r < S (rank r is split r of this tile) through DSMEM. A
+  // split that saw no key of the row has L_s = −∞ and weight 0; if all have, O = 0 and L = +∞.
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block's partial is written, and visible to the others (release / acquire)
+  for (int c = s * kThreads + threadIdx.x; c < rows_here * kC; c += S * kThreads) {
+    const int row = c / kC, col = c % kC * 4;
+    float e[kMaxSplits];  // L_r, then e^{L_r − m}
+    float4 x[kMaxSplits];
+#pragma unroll
+    for (int r = 0; r < kMaxSplits; ++r)  // all S reads issued before any is used: one round trip
+      if (r < S) {
+        e[r] = *cluster.map_shared_rank(Ls_s + row, r);
+        x[r] = *cluster.map_shared_rank(reinterpret_cast<const float4*>(P_s + row * d + col), r);
+      }
+    float m = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < kMaxSplits; ++r)
+      if (r < S) m = fmaxf(m, e[r]);
+    T* O_g = O + (row_g + row) * d + col;
+    if (m == -INFINITY) {  // no split saw a key of this row
+      *reinterpret_cast<uint2*>(O_g) = make_uint2(mma::pack2<T>(0.f, 0.f), mma::pack2<T>(0.f, 0.f));
+      if (col == 0) L[row_g + row] = INFINITY;
+      continue;
+    }
+    float l = 0.f;
+#pragma unroll
+    for (int r = 0; r < kMaxSplits; ++r)
+      if (r < S) {
+        e[r] = expf(e[r] - m);
+        l += e[r];
+      }
+    const float inv_l = 1.f / l;  // l >= 1: the split with L_s = m contributes e^0
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int r = 0; r < kMaxSplits; ++r)
+      if (r < S) {
+        const float w = e[r] * inv_l;
+        o = make_float4(fmaf(w, x[r].x, o.x), fmaf(w, x[r].y, o.y), fmaf(w, x[r].z, o.z), fmaf(w, x[r].w, o.w));
+      }
+    *reinterpret_cast<uint2*>(O_g) = make_uint2(mma::pack2<T>(o.x, o.y), mma::pack2<T>(o.z, o.w));
+    if (col == 0) L[row_g + row] = m + logf(l);
+  }
+  cluster.sync();  // no block leaves (and frees its shared memory) while another still reads it
+}
+
+// ---- Host side ----------------------------------------------------------------------------------
+
+// What the heuristic needs from the device: SMs, how many blocks of this kernel one SM holds (from
+// the occupancy calculator, so a GPU with less shared memory gets the right count), and the largest
+// cluster of them that can be scheduled: 16 (non-portable) if cudaOccupancyMaxActiveClusters finds
+// room for one, else 8 (the portable size), else 1 (no split). Queried once per device and head dim;
+// zeros without a usable device (then S = 1).
+struct DeviceFacts {
+  int sms = 0, blocks_per_sm = 0, max_cluster = 0;
+};
+
+template <int d>
+int clusters_that_fit(int size) {  // how many clusters of `size` blocks the device holds at once (0: none)
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(size));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = Tiles<d>::kSmem;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(size);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, attention_kernel<__half, d>, &cfg) != cudaSuccess) {
+    cudaGetLastError();  // not sticky: this size is simply not available
+    return 0;
+  }
+  return n;
+}
+
+template <int d>
+DeviceFacts device_facts() {
+  static std::mutex mu;
+  static DeviceFacts cache[64];
+  static bool known[64] = {};
+  constexpr int smem = int(Tiles<d>::kSmem);
+  int dev = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 && known[dev]) return cache[dev];
+  DeviceFacts f;
+  int major = 0;
+  // Both storage types have the same resources; the attributes are needed before any launch.
+  const bool ok =
+      cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 &&
+      cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 &&
+      cudaFuncSetAttribute(attention_kernel<__half, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+          cudaSuccess &&
+      cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+          cudaSuccess &&
+      cudaFuncSetAttribute(attention_kernel<__half, d>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+          cudaSuccess &&
+      cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+          cudaSuccess &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, attention_kernel<__half, d>, kThreads, smem) ==
+          cudaSuccess;
+  if (!ok) {
+    cudaGetLastError();  // no usable device: the runner reports that (and a launch would, checked)
+    return {};
+  }
+  f.max_cluster = clusters_that_fit<d>(kMaxSplits) > 0 ? kMaxSplits : clusters_that_fit<d>(8) > 0 ? 8 : 1;
+  cache[dev] = f;
+  known[dev] = true;
+  return f;
+}
+
+DeviceFacts facts_for(int64_t d) { return d <= 64 ? device_facts<64>() : device_facts<128>(); }
+
+// FLASHLADDER_SPLITS, if set: the number of splits the benchmark asks for (0: unset).
+int64_t requested_splits() {
+  return env_knob("FLASHLADDER_SPLITS", 1, INT64_MAX, "the number of key splits").value_or(0);
+}
+
+// The keys a row tile visits at most: what the splits divide. The longest sequence's keys (seqused_k[b]
+// when given: the grid's S is one for all sequences, and the longest sets the time; a shorter one's
+// chunks are shorter, or empty), and with a window's left edge at most Nq + left of them: a tile's
+// rows i ∈ [0, Nq) start at key_lo(0) = n_k − Nq − left at the earliest and end at n_k at the latest.
+// Counting Nk instead would split a window as if the whole cache were read: on 132 SMs a window of
+// 256 keys (17 key tiles) in a cache of 131072 would get the cache's 30 splits, 13 of them empty, 30
+// partials and a merge for 257 keys; counted as visited, it gets none (the 256-key floor).
+int64_t keys_visited(const Problem& p) {
+  int64_t n = 0;
+  for (int64_t b = 0; b < p.B; ++b) n = std::max(n, p.seqlen_k(b));
+  return p.window_left >= 0 ? std::min(n, p.Nq + p.window_left) : n;
+}
+
+// The number of key splits S for p: step 10's rule (its README.md, "How many splits"), from the keys a
+// row tile visits (keys_visited above; Nk for the plain problem), clamped to one cluster.
+//  - At most the largest cluster the device schedules (DeviceFacts::max_cluster), at most one warp tile (16 keys) per split, and, unless FLASHLADDER_SPLITS
+//    asks for more, at least max(256, 32·rows) keys per split: a split costs a fixed prologue (Q, the
+//    ring filling) and a partial of rows·d·4 bytes written and read again, 2·rows/keys of the K/V
+//    bytes; 32·rows keeps that under 7%.
+//  - Within that, enough blocks to give 90% of the SMs one each: the smallest S with
+//    B·H_kv·T_r·S ≥ 0.9·SMs, and no split once the grid has that many (FlashAttention-2's
+//    num_splits_heuristic stops at 80%). A block here keeps 64 KiB of K and V in flight, and one per SM
+//    already streams at the copy's rate: run 46 (H100, --decode-splits) found S = 16, 4 and 1 fastest for
+//    8, 32 and 128 unsplit blocks. The first rule, which filled every block slot (2 per SM) to the last
+//    wave, took S = 29–30, 8 and 2 there: up to 16% slower (README.md, "How many splits").
+int splits(const Problem& p) {
+  const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, B_r);
+  const int64_t keys = keys_visited(p);
+  const int64_t asked = requested_splits();  // read first: a bad value is refused with or without a device
+  const DeviceFacts f = facts_for(p.d);
+  if (f.sms <= 0 || f.blocks_per_sm <= 0 || f.max_cluster <= 1) return 1;  // no device, or no cluster to merge in
+  const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(f.max_cluster, ceil_div<int64_t>(keys, B_w)));
+  if (asked > 0) return int(std::min(asked, cap));
+  const int64_t rows = std::min<int64_t>(M, B_r);
+  const int64_t s_max = std::min(cap, keys / std::max<int64_t>(256, 32 * rows));
+  if (s_max <= 1) return 1;
+  const double blocks = double(p.B * p.H_kv * T_r), target = 0.9 * double(f.sms);
+  if (blocks >= target) return 1;
+  return int(std::min<int64_t>(s_max, int64_t(std::ceil(target / blocks))));
+}
+
+size_t workspace_bytes(const Problem&) { return 0; }  // the partials live in the cluster's shared memory
+
+std::string limits(const Problem& p) {
+  if (p.Nq >= (int64_t(1) << 30) || p.Nk >= (int64_t(1) << 30))
+    return "this step keeps query and key indices in 32 bits: Nq = " + std::to_string(p.Nq) + " and Nk = " +
+           std::to_string(p.Nk) + " must both be below 2^30";
+  int64_t S = 1;
+  try {
+    S = splits(p);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  const int64_t T_r = ceil_div<int64_t>(p.group() * p.Nq, B_r);
+  const int64_t blocks = p.B * p.H_kv * T_r * S;
+  if (blocks > INT_MAX)
+    return "this step launches one thread block per (16 packed query rows, batch, K/V head, split): " +
+           std::to_string(blocks) + " blocks (S = " + std::to_string(S) + ") exceed the grid limit 2^31 − 1";
+  return "";
+}
+
+// One launch: the grid of step 10, in clusters of S blocks (the S splits of a tile; S = 1: clusters of
+// one block, which write O and L themselves).
+template <class T, int d>
+void launch(const Problem& p, const ForwardArgs& a) {
+  device_facts<d>();  // sets the kernel's shared-memory and cluster-size attributes
+  FL_CUDA(cudaFuncSetAttribute(attention_kernel<T, d>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(Tiles<d>::kSmem)));  // again, checked: a failed query above is reported here
+  if (!p.seqused_k.empty() && !a.seqused_k) throw Error("seqused_k needs its device copy: the call passed none");
+  const int S = splits(p);
+  const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, B_r);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(p.B * p.H_kv * T_r * S));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = Tiles<d>::kSmem;
+  cfg.stream = static_cast<cudaStream_t>(a.stream);
+  cudaLaunchAttribute cluster[1];
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = unsigned(S);  // the grid is a multiple of S: splits are neighbours
+  cluster[0].val.clusterDim.y = 1;
+  cluster[0].val.clusterDim.z = 1;
+  cfg.attrs = cluster;
+  cfg.numAttrs = 1;
+  FL_CUDA(cudaLaunchKernelEx(&cfg, attention_kernel<T, d>, static_cast<const T*>(a.q), static_cast<const T*>(a.k),
+                             static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, M, int(p.Nq), int(p.Nk), p.H_kv,
+                             T_r, S, float(p.softmax_scale()), p.causal,
+                             p.seqused_k.empty() ? nullptr : a.seqused_k,
+                             VariantArgs::of(p, a.alibi_slopes, nullptr, nullptr, a.seqused_k)));
+  FL_CUDA(cudaGetLastError());
+}
+
+void forward(const Problem& p, const ForwardArgs& a) {
+  dispatch<DecodeD>(p, [&](auto T_, auto d_) { launch<decltype(T_), decltype(d_)::value>(p, a); });
+}
+
+extern const StepImpl impl = {workspace_bytes, forward, limits, nullptr, nullptr};
+
+}  // namespace fl::s10b
