@@ -62,6 +62,12 @@ struct Tiles {
   static constexpr int kTileElems = B_w * d;                               // one K or V warp tile
   static constexpr int kRingElems = kWarps * kStages * 2 * kTileElems;     // every warp's K and V slots
   static constexpr size_t kSmem = size_t(B_r * d + kRingElems) * 2;        // Q tile + rings (16-bit T)
+  // What a split launch (S > 1) asks for instead: more than half of an SM's 228 KiB, so that one block
+  // of a cluster runs per SM. With kSmem two fit, and the cluster scheduler put a cluster's blocks two
+  // to an SM: run 80 (H100, B 1, H_kv 8, Nk 32768, S = 15) timed the kernel at 55.4 µs against step
+  // 10's 48.0, half of the SMs of a GPC idle while the other half streamed for two.
+  static constexpr size_t kSmemAlone = 116 * 1024;
+  static_assert(kSmemAlone >= kSmem, "the one-per-SM request holds the tiles");
   // After the loop the rings hold the warps' partial O (fp32, rows padded by 4 floats) and m, ℓ.
   static constexpr size_t kMergeBytes = size_t(kWarps * B_r * (d + 4) + 2 * kWarps * B_r) * 4;
   // Then, behind them, the block's partial for the cluster: O_s [B_r][d] and L_s [B_r], fp32.
@@ -374,12 +380,14 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
 // ---- Host side ----------------------------------------------------------------------------------
 
 // What the heuristic needs from the device: SMs, how many blocks of this kernel one SM holds (from
-// the occupancy calculator, so a GPU with less shared memory gets the right count), and the largest
-// cluster of them that can be scheduled: 16 (non-portable) if cudaOccupancyMaxActiveClusters finds
-// room for one, else 8 (the portable size), else 1 (no split). Queried once per device and head dim;
-// zeros without a usable device (then S = 1).
+// the occupancy calculator, so a GPU with less shared memory gets the right count), the largest
+// cluster of split blocks that can be scheduled (16, non-portable, else 8, the portable size, else 1:
+// no split), and how many clusters of each size the device runs at once (cudaOccupancyMaxActiveClusters:
+// a cluster lives in one GPC, so this is per GPC, not SMs / size). Queried once per device and head
+// dim; zeros without a usable device (then S = 1).
 struct DeviceFacts {
   int sms = 0, blocks_per_sm = 0, max_cluster = 0;
+  int clusters_at_once[kMaxSplits + 1] = {};  // [size]: clusters of that many split blocks resident together
 };
 
 template <int d>
@@ -387,7 +395,7 @@ int clusters_that_fit(int size) {  // how many clusters of `size` blocks the dev
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(size));
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = Tiles<d>::kSmem;
+  cfg.dynamicSmemBytes = Tiles<d>::kSmemAlone;  // what a split launch asks for
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = unsigned(size);
@@ -408,7 +416,7 @@ DeviceFacts device_facts() {
   static std::mutex mu;
   static DeviceFacts cache[64];
   static bool known[64] = {};
-  constexpr int smem = int(Tiles<d>::kSmem);
+  constexpr int smem = int(Tiles<d>::kSmem), smem_alone = int(Tiles<d>::kSmemAlone);
   int dev = 0;
   std::lock_guard<std::mutex> lock(mu);
   if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 && known[dev]) return cache[dev];
@@ -419,10 +427,10 @@ DeviceFacts device_facts() {
       cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 &&
       cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 &&
-      cudaFuncSetAttribute(attention_kernel<__half, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+      cudaFuncSetAttribute(attention_kernel<__half, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_alone) ==
           cudaSuccess &&
-      cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
-          cudaSuccess &&
+      cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           smem_alone) == cudaSuccess &&
       cudaFuncSetAttribute(attention_kernel<__half, d>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
           cudaSuccess &&
       cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
@@ -433,7 +441,8 @@ DeviceFacts device_facts() {
     cudaGetLastError();  // no usable device: the runner reports that (and a launch would, checked)
     return {};
   }
-  f.max_cluster = clusters_that_fit<d>(kMaxSplits) > 0 ? kMaxSplits : clusters_that_fit<d>(8) > 0 ? 8 : 1;
+  for (int size = 1; size <= kMaxSplits; ++size) f.clusters_at_once[size] = clusters_that_fit<d>(size);
+  f.max_cluster = f.clusters_at_once[kMaxSplits] > 0 ? kMaxSplits : f.clusters_at_once[8] > 0 ? 8 : 1;
   cache[dev] = f;
   known[dev] = true;
   return f;
@@ -484,7 +493,12 @@ int splits(const Problem& p) {
   if (s_max <= 1) return 1;
   const double blocks = double(p.B * p.H_kv * T_r), target = 0.9 * double(f.sms);
   if (blocks >= target) return 1;
-  return int(std::min<int64_t>(s_max, int64_t(std::ceil(target / blocks))));
+  int64_t S = std::min<int64_t>(s_max, int64_t(std::ceil(target / blocks)));
+  // And all B·H_kv·T_r clusters at once: a cluster runs inside one GPC, so clusters of S blocks may not
+  // all fit where S·clusters SMs would (a GPC of 16 SMs holds one cluster of 9, not 1.8). A cluster
+  // left for a second wave would double the time: take the largest S up to here whose clusters fit.
+  while (S > 1 && f.clusters_at_once[S] < blocks) --S;
+  return int(S);
 }
 
 size_t workspace_bytes(const Problem&) { return 0; }  // the partials live in the cluster's shared memory
@@ -513,14 +527,14 @@ template <class T, int d>
 void launch(const Problem& p, const ForwardArgs& a) {
   device_facts<d>();  // sets the kernel's shared-memory and cluster-size attributes
   FL_CUDA(cudaFuncSetAttribute(attention_kernel<T, d>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               int(Tiles<d>::kSmem)));  // again, checked: a failed query above is reported here
+                               int(Tiles<d>::kSmemAlone)));  // again, checked: a failed query above is reported here
   if (!p.seqused_k.empty() && !a.seqused_k) throw Error("seqused_k needs its device copy: the call passed none");
   const int S = splits(p);
   const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, B_r);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(p.B * p.H_kv * T_r * S));
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = Tiles<d>::kSmem;
+  cfg.dynamicSmemBytes = S > 1 ? Tiles<d>::kSmemAlone : Tiles<d>::kSmem;  // S = 1: two blocks per SM, as step 10
   cfg.stream = static_cast<cudaStream_t>(a.stream);
   cudaLaunchAttribute cluster[1];
   cluster[0].id = cudaLaunchAttributeClusterDimension;
