@@ -54,22 +54,26 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxSplits = 16;  // S: at most one cluster of blocks (Hopper's non-portable maximum), see above
 
-// kStages warp tiles of K and V per warp ring. Step 10's: 96 KiB of ring per block at d = 64 and 128,
-// so two blocks (8 warps, 2·4·(kStages − 1) tiles in flight) share an SM. A split launch (S > 1, kSplit)
-// takes twice the ring instead, 192 KiB, so that ONE block of a cluster runs per SM and keeps the
-// bytes of two in flight. Two reasons, both measured on an H100 at B 1, H_kv 8, Nk 32768:
-//  - with step 10's rings, two blocks fit an SM, and the cluster scheduler put a cluster's blocks two
-//    to an SM (run 80: S = 15, the split kernel 55.4 µs against step 10's 48.0, with half of a GPC's
-//    SMs idle while the others streamed for two);
-//  - one block per SM with step 10's rings (116 KiB asked, run 81) fits 8 clusters of at most 9 blocks
-//    at once (a cluster lives in one GPC), so 72 SMs stream, each with 64 KiB in flight: 50.8 µs.
-template <int d, bool kSplit = false>
+// kStages warp tiles of K and V per warp ring: 96 KiB of ring per block at d = 64 and 128, so two
+// blocks (8 warps, 2·4·(kStages − 1) tiles in flight) share an SM.
+template <int d>
 struct Tiles {
-  static constexpr int kStages = (d <= 64 ? 6 : 3) * (kSplit ? 2 : 1);
+  static constexpr int kStages = d <= 64 ? 6 : 3;
   static constexpr int kTileElems = B_w * d;                               // one K or V warp tile
   static constexpr int kRingElems = kWarps * kStages * 2 * kTileElems;     // every warp's K and V slots
   static constexpr size_t kSmem = size_t(B_r * d + kRingElems) * 2;        // Q tile + rings (16-bit T)
-  static_assert(!kSplit || kSmem > 114 * 1024, "a split block takes more than half of an SM's 228 KiB");
+  // What a split launch (S > 1) asks for instead: more than half of an SM's 228 KiB, so that one block
+  // of a cluster runs per SM (the extra 16 KiB are not used). Measured on H100s, B 1, H_kv 8, Nk 32768:
+  //  - with kSmem two blocks fit an SM, and the cluster scheduler put a cluster's blocks two to an SM
+  //    (run 80: S = 15, the split kernel 55.4 µs against step 10's 48.0 — half of a GPC's SMs idle
+  //    while the others streamed for two);
+  //  - asking 116 KiB, 8 clusters fit at once only up to 9 blocks each (a cluster lives in one GPC),
+  //    so S = 9 and 72 SMs stream: 53.0 µs per call against step 10's 54.9 and cuDNN's 54.8 (run 81);
+  //  - filling the 116+ KiB with deeper rings instead (6 stages at d = 128, 192 KiB, run 82) was slower
+  //    at every split point of the sweep: 2.45 against 2.53 TB/s here, 2.33 against 2.61 at B 1,
+  //    H_kv 32, Nk 8192 (README.md, "What did not work").
+  static constexpr size_t kSmemAlone = 116 * 1024;
+  static_assert(kSmemAlone >= kSmem, "the one-per-SM request holds the tiles");
   // After the loop the rings hold the warps' partial O (fp32, rows padded by 4 floats) and m, ℓ.
   static constexpr size_t kMergeBytes = size_t(kWarps * B_r * (d + 4) + 2 * kWarps * B_r) * 4;
   // Then, behind them, the block's partial for the cluster: O_s [B_r][d] and L_s [B_r], fp32.
@@ -106,14 +110,13 @@ __device__ __forceinline__ void load_rows(T* tile, const T* block, int64_t rows_
 // (limits() keeps Nq, Nk below 2^30); packed rows and tensor offsets are 64-bit.
 // S == 1: O and L are written directly (storage type, fp32). S > 1: the normalised partial O_s and L_s
 // (fp32) stay in this block's shared memory, and the cluster of the tile's S blocks merges them.
-template <class T, int d, bool kSplit>
+template <class T, int d>
 __global__ void __launch_bounds__(kThreads)
 attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                  T* __restrict__ O, float* __restrict__ L, int64_t M, int Nq, int Nk, int64_t H_kv, int64_t T_r,
                  int S, float scale, bool causal, const int32_t* __restrict__ seqused_k,
                  VariantArgs var) {
-  using Tl = Tiles<d, kSplit>;
-  constexpr int kStages = Tl::kStages, kTileElems = Tl::kTileElems;
+  constexpr int kStages = Tiles<d>::kStages, kTileElems = Tiles<d>::kTileElems;
   const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
   extern __shared__ __align__(128) unsigned char smem[];
   T* Q_s = reinterpret_cast<T*>(smem);  // Q tile: [B_r][d] in shared memory
@@ -398,7 +401,7 @@ int clusters_that_fit(int size) {  // how many clusters of `size` blocks the dev
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(size));
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = Tiles<d, true>::kSmem;  // what a split launch asks for
+  cfg.dynamicSmemBytes = Tiles<d>::kSmemAlone;  // what a split launch asks for
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = unsigned(size);
@@ -407,22 +410,11 @@ int clusters_that_fit(int size) {  // how many clusters of `size` blocks the dev
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   int n = 0;
-  if (cudaOccupancyMaxActiveClusters(&n, attention_kernel<__half, d, true>, &cfg) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveClusters(&n, attention_kernel<__half, d>, &cfg) != cudaSuccess) {
     cudaGetLastError();  // not sticky: this size is simply not available
     return 0;
   }
   return n;
-}
-
-// The attributes of both kernels of a storage type: their shared memory, and clusters of up to 16.
-template <class T, int d>
-bool allow(int smem, int smem_split) {
-  return cudaFuncSetAttribute(attention_kernel<T, d, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
-             cudaSuccess &&
-         cudaFuncSetAttribute(attention_kernel<T, d, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_split) ==
-             cudaSuccess &&
-         cudaFuncSetAttribute(attention_kernel<T, d, true>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
-             cudaSuccess;
 }
 
 template <int d>
@@ -430,7 +422,7 @@ DeviceFacts device_facts() {
   static std::mutex mu;
   static DeviceFacts cache[64];
   static bool known[64] = {};
-  constexpr int smem = int(Tiles<d>::kSmem), smem_split = int(Tiles<d, true>::kSmem);
+  constexpr int smem = int(Tiles<d>::kSmem), smem_alone = int(Tiles<d>::kSmemAlone);
   int dev = 0;
   std::lock_guard<std::mutex> lock(mu);
   if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 && known[dev]) return cache[dev];
@@ -441,9 +433,16 @@ DeviceFacts device_facts() {
       cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 &&
       cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 &&
-      allow<__half, d>(smem, smem_split) && allow<__nv_bfloat16, d>(smem, smem_split) &&
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, attention_kernel<__half, d, false>, kThreads,
-                                                    smem) == cudaSuccess;
+      cudaFuncSetAttribute(attention_kernel<__half, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_alone) ==
+          cudaSuccess &&
+      cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           smem_alone) == cudaSuccess &&
+      cudaFuncSetAttribute(attention_kernel<__half, d>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+          cudaSuccess &&
+      cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+          cudaSuccess &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, attention_kernel<__half, d>, kThreads, smem) ==
+          cudaSuccess;
   if (!ok) {
     cudaGetLastError();  // no usable device: the runner reports that (and a launch would, checked)
     return {};
@@ -532,19 +531,16 @@ std::string limits(const Problem& p) {
 // one block, which write O and L themselves).
 template <class T, int d>
 void launch(const Problem& p, const ForwardArgs& a) {
-  device_facts<d>();  // sets the kernels' shared-memory and cluster-size attributes
+  device_facts<d>();  // sets the kernel's shared-memory and cluster-size attributes
+  FL_CUDA(cudaFuncSetAttribute(attention_kernel<T, d>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(Tiles<d>::kSmemAlone)));  // again, checked: a failed query above is reported here
   if (!p.seqused_k.empty() && !a.seqused_k) throw Error("seqused_k needs its device copy: the call passed none");
   const int S = splits(p);
   const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, B_r);
-  // S = 1: step 10's kernel as it was (two blocks per SM); S > 1: the deep rings, one block per SM.
-  auto kernel = S > 1 ? attention_kernel<T, d, true> : attention_kernel<T, d, false>;
-  const int smem = int(S > 1 ? Tiles<d, true>::kSmem : Tiles<d>::kSmem);
-  FL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));  // checked here:
-  // a failed query above (no device) is reported by this call
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(p.B * p.H_kv * T_r * S));
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = size_t(smem);
+  cfg.dynamicSmemBytes = S > 1 ? Tiles<d>::kSmemAlone : Tiles<d>::kSmem;  // S = 1: two blocks per SM, as step 10
   cfg.stream = static_cast<cudaStream_t>(a.stream);
   cudaLaunchAttribute cluster[1];
   cluster[0].id = cudaLaunchAttributeClusterDimension;
@@ -553,7 +549,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
   cluster[0].val.clusterDim.z = 1;
   cfg.attrs = cluster;
   cfg.numAttrs = 1;
-  FL_CUDA(cudaLaunchKernelEx(&cfg, kernel, static_cast<const T*>(a.q), static_cast<const T*>(a.k),
+  FL_CUDA(cudaLaunchKernelEx(&cfg, attention_kernel<T, d>, static_cast<const T*>(a.q), static_cast<const T*>(a.k),
                              static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, M, int(p.Nq), int(p.Nk), p.H_kv,
                              T_r, S, float(p.softmax_scale()), p.causal,
                              p.seqused_k.empty() ? nullptr : a.seqused_k,
