@@ -69,9 +69,9 @@ struct Tiles {
   //    while the others streamed for two);
   //  - asking 116 KiB, 8 clusters fit at once only up to 9 blocks each (a cluster lives in one GPC),
   //    so S = 9 and 72 SMs stream: 53.0 µs per call against step 10's 54.9 and cuDNN's 54.8 (run 81);
-  //  - filling the 116+ KiB with deeper rings instead (6 stages at d = 128, 192 KiB, run 82) was slower
-  //    at every split point of the sweep: 2.45 against 2.53 TB/s here, 2.33 against 2.61 at B 1,
-  //    H_kv 32, Nk 8192 (README.md, "What did not work").
+  //  - filling one SM with deeper rings instead (6 stages at d = 128, 192 KiB, run 82) was no faster:
+  //    2.45 TB/s here against 2.53 with these rings (run 81, another H100), and at B 1, H_kv 32 (S = 3)
+  //    2.33–2.64 TB/s against step 10's 2.61–3.10 in the same run (README.md, "What did not work").
   static constexpr size_t kSmemAlone = 116 * 1024;
   static_assert(kSmemAlone >= kSmem, "the one-per-SM request holds the tiles");
   // After the loop the rings hold the warps' partial O (fp32, rows padded by 4 floats) and m, ℓ.
