@@ -131,6 +131,16 @@ cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int
   *numBlocks = 1;
   return cudaSuccess;
 }
+// Step 10b asks how many thread-block clusters of each size fit at once (one block per SM). The stand-in
+// answers as if the 132 SMs were 8 GPCs of 16 (a cluster lives in one GPC): 8 · ⌊16 / size⌋. Only the
+// grid's split count depends on it, not a launch's block size or shared memory.
+cudaError_t CUDARTAPI cudaOccupancyMaxActiveClusters(int* numClusters, const void*, const cudaLaunchConfig_t* config) {
+  int size = 1;
+  for (unsigned i = 0; i < config->numAttrs; ++i)
+    if (config->attrs[i].id == cudaLaunchAttributeClusterDimension) size = int(config->attrs[i].val.clusterDim.x);
+  *numClusters = size >= 1 && size <= 16 ? 8 * (16 / size) : 0;
+  return cudaSuccess;
+}
 cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   *free_bytes = *total_bytes = size_t(80) << 30;
   return cudaSuccess;

@@ -24,12 +24,14 @@
 // barrier keeps every block (and its shared memory) alive until the others have read it. No
 // workspace, no second kernel, no wait for a whole grid: only the cluster's own blocks.
 //
-// What it costs: S is at most a cluster's size. The portable limit is 8 blocks; Hopper schedules 16
-// with cudaFuncAttributeNonPortableClusterSizeAllowed, if 16 of these blocks (96 KiB of rings each)
-// fit in one GPC, which cudaOccupancyMaxActiveClusters answers at the first launch. Step 10's
-// heuristic takes up to 30 splits when fewer than 8 (batch, K/V head, row tile) blocks exist
-// (B·H_kv < 8 at Nq·G ≤ 16); here S stops at 16, so those shapes keep half of the SMs idle and step
-// 10 stays the faster step there (README.md says where).
+// What it costs: where the blocks run. A cluster lives in one GPC; Hopper schedules clusters of 8
+// blocks portably and 16 with cudaFuncAttributeNonPortableClusterSizeAllowed, so S ≤ 16 (step 10
+// takes up to 30). A split launch asks for more than half of an SM's shared memory, so that a
+// cluster's blocks run one per SM (Tiles::kSmemAlone says what two per SM cost), and S is lowered until
+// all the clusters are resident at once (cudaOccupancyMaxActiveClusters): on an H100, S = 9 at B 1,
+// H_kv 8 (72 SMs stream, against step 10's 120 blocks). Fewer SMs stream, nothing waits for a grid:
+// 10b is faster where the read is short and ties where it is long (README.md, "Measured").
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
