@@ -39,6 +39,15 @@ def bars(*args):
     return p.stdout
 
 
+def decode_bars(recs):
+    """bars.py --decode on these records, written to a temporary file."""
+    with tempfile.TemporaryDirectory() as t:
+        path = os.path.join(t, "decode.jsonl")
+        with open(path, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in recs)
+        return bars("--decode", path)
+
+
 class Bars(unittest.TestCase):
     def test_one_run_marks_a_miss(self):
         with tempfile.TemporaryDirectory() as t:
@@ -80,11 +89,7 @@ class Bars(unittest.TestCase):
                 dec("torch_cudnn", 1, 8192, 0.0225, 6.0),
                 dec("10_split_kv", 16, 32768, 0.6927, 12.4), dec("torch_flash", 16, 32768, 0.7, 12.2),
                 dec("torch_cudnn", 16, 32768, 0.6930, 12.3)]
-        with tempfile.TemporaryDirectory() as t:
-            path = os.path.join(t, "decode.jsonl")
-            with open(path, "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in recs)
-            out = bars("--decode", path)
+        out = decode_bars(recs)
         self.assertIn("| 1 | 32 | 8 | 1 | 8192 | 22.0 | 11.2 | 6.1 | 1.53 | 51% | 1.33 | 1.02 | **no** |", out)
         self.assertIn("| 16 | 32 | 8 | 1 | 32768 | 692.7 | 715.8 | 12.4 | 3.10 | 103% | 1.02 | 1.01 | yes |", out)
         self.assertIn("B 1, H_kv 8, Nq 1, Nk 8192: 10.8 µs over, 2.0 allowed.", out)
@@ -92,11 +97,7 @@ class Bars(unittest.TestCase):
         # With 10b's records beside, 10b is the step judged, with its time against step 10's (6.1 / 5.5
         # TFLOP/s at the first point); a point step 10 has no record of gets "–".
         recs += [dec("10b_cluster_merge", 1, 8192, 0.020, 6.1 * 1.1), dec("10b_cluster_merge", 1, 32768, 0.05, 10.0)]
-        with tempfile.TemporaryDirectory() as t:
-            path = os.path.join(t, "decode.jsonl")
-            with open(path, "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in recs)
-            out = bars("--decode", path)
+        out = decode_bars(recs)
         self.assertIn("| B | H | H_kv | Nq | Nk | 10b µs | copy's µs |", out)
         self.assertIn("| 1 | 32 | 8 | 1 | 8192 | 20.0 | 11.2 | 6.7 | 1.68 | 56% | 1.46 | 1.12 | 1.10 | **no** |", out)
         self.assertIn("| 1 | 32 | 8 | 1 | 32768 | 50.0 | 44.7 | 10.0 | 2.68 | 89% | nan | nan | – | **no** |", out)
