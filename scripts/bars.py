@@ -171,35 +171,45 @@ def decode_table(records, ours=None):
                      "against the 0.176 × the copy's time that 85% allows: "
                      + "; ".join(f"B {k[3]}, H_kv {k[5]}, Nq {k[6]}, Nk {k[7]}: {e:.1f} µs over, {0.176 * c:.1f} allowed"
                                  for e, c, k in under) + ".")
-    # The heuristic's check: step 10 at forced splits (compare_torch --decode-splits) beside its own choice.
+    # The heuristic's check: steps 10 and 10b at forced splits (compare_torch --decode-splits) beside their
+    # own choice. 10b records no S of its own (no workspace to read it from) and clamps a forced one to its
+    # largest cluster: its cells name the S asked.
+    for step in ("10_split_kv", "10b_cluster_merge"):
+        lines += forced_table(records, by, step)
+    return "\n".join(lines) + "\n"
+
+
+def forced_table(records, by, step):
+    """The heuristic's S beside forced ones for one step, or nothing when the records have none forced."""
     forced = {}
     for r in records:
-        if r.get("impl") == "10_split_kv" and r.get("pass") == "fwd" and r.get("splits_forced"):
+        if r.get("impl") == step and r.get("pass") == "fwd" and r.get("splits_forced"):
             forced.setdefault(key(r), []).append(r)
-    if forced:
-        lines += ["", "Step 10's number of splits S: the heuristic's choice beside the forced ones (K+V TB/s; "
-                  "the best of all in bold, and the heuristic's time over the best's).", "",
-                  "| B | H_kv | Nq | Nk | heuristic S | its TB/s | forced S: TB/s | best S | best time / heuristic's |",
-                  "|--:|--:|--:|--:|--:|--:|---|--:|--:|"]
-        worse = 0
-        for k in sorted(forced, key=lambda k: (k[3], k[5], k[6], k[7])):
-            h = by.get("10_split_kv", {}).get(k)
-            if not h:
-                continue
-            cand = [(h["median_ms"], h.get("splits"), "heuristic")] + \
-                   [(r["median_ms"], r.get("splits"), "forced") for r in forced[k]]
-            best = min(cand, key=lambda c: c[0])
-            tb = lambda ms: 2 * k[3] * k[5] * k[7] * h["d"] * 2 / (ms * 1e-3) / 1e12
-            cells = ", ".join((f"**{r.get('splits')}: {tb(r['median_ms']):.2f}**" if r["median_ms"] == best[0]
-                               else f"{r.get('splits')}: {tb(r['median_ms']):.2f}")
-                              for r in sorted(forced[k], key=lambda r: r.get("splits") or 0))
-            ratio = best[0] / h["median_ms"]
-            worse += int(ratio < 0.95)
-            lines.append(f"| {k[3]} | {k[5]} | {k[6]} | {k[7]} | {h.get('splits')} | {tb(h['median_ms']):.2f} | {cells} | "
-                         f"{best[1]} | {ratio:.2f} |")
-        lines.append(f"\nPoints where a forced S was more than 5% faster than the heuristic's: {worse} of "
-                     f"{len(forced)}.")
-    return "\n".join(lines) + "\n"
+    if not forced:
+        return []
+    s_of = lambda r: r.get("splits") if r.get("splits") is not None else r.get("splits_asked")
+    lines = ["", f"Step {step.split('_')[0]}'s number of splits S: the heuristic's choice beside the forced ones "
+             "(K+V TB/s; the best of all in bold, and the heuristic's time over the best's"
+             + ("; S as asked, before the clamp to one cluster" if step != "10_split_kv" else "") + ").", "",
+             "| B | H_kv | Nq | Nk | heuristic S | its TB/s | forced S: TB/s | best S | best time / heuristic's |",
+             "|--:|--:|--:|--:|--:|--:|---|--:|--:|"]
+    worse = 0
+    for k in sorted(forced, key=lambda k: (k[3], k[5], k[6], k[7])):
+        h = by.get(step, {}).get(k)
+        if not h:
+            continue
+        cand = [(h["median_ms"], s_of(h) or "–", "heuristic")] + [(r["median_ms"], s_of(r), "forced") for r in forced[k]]
+        best = min(cand, key=lambda c: c[0])
+        tb = lambda ms: 2 * k[3] * k[5] * k[7] * h["d"] * 2 / (ms * 1e-3) / 1e12
+        cells = ", ".join((f"**{s_of(r)}: {tb(r['median_ms']):.2f}**" if r["median_ms"] == best[0]
+                           else f"{s_of(r)}: {tb(r['median_ms']):.2f}")
+                          for r in sorted(forced[k], key=lambda r: s_of(r) or 0))
+        ratio = best[0] / h["median_ms"]
+        worse += int(ratio < 0.95)
+        lines.append(f"| {k[3]} | {k[5]} | {k[6]} | {k[7]} | {s_of(h) or '–'} | {tb(h['median_ms']):.2f} | {cells} | "
+                     f"{best[1]} | {ratio:.2f} |")
+    lines.append(f"\nPoints where a forced S was more than 5% faster than the heuristic's: {worse} of {len(forced)}.")
+    return lines
 
 
 def main():

@@ -296,7 +296,8 @@ def decode_sweep(args, lib, env, out):
                         return r
 
                     row = {}
-                    runs = [(st, None) for st in steps] + [("10_split_kv", S) for S in forced]
+                    split_steps = [st for st in steps if st in ("10_split_kv", "10b_cluster_merge")] or ["10_split_kv"]
+                    runs = [(st, None) for st in steps] + [(st, S) for st in split_steps for S in forced]
                     for step, S in runs:
                         label = step if S is None else f"{step}@S={S}"
                         try:
@@ -307,7 +308,10 @@ def decode_sweep(args, lib, env, out):
                             if step.startswith("10_"):  # the S it used: its workspace is S x rows x (d + 1) floats (10b has none)
                                 per = B * H * Nq * (d + 1) * 4
                                 extra["splits"] = max(1, ours.ws_bytes[0] // per)
+                            if step.startswith("10"):
                                 extra["splits_forced"] = S is not None
+                                if S is not None:
+                                    extra["splits_asked"] = S  # 10b clamps it to its largest cluster, unrecorded
                             fwd = lambda s, ours=ours: ours.forward(s["q"], s["k"], s["v"], s["o"], s["lse"], poison_ws=False)
                             poison = lambda s, ours=ours: (s["o"].fill_(float("nan")), s["lse"].fill_(float("nan")),
                                                           ours.poison_ws())
@@ -396,7 +400,8 @@ def main():
     ap.add_argument("--decode-nq", default="1,4")
     ap.add_argument("--decode-nk", default="1024,8192,32768,131072")
     ap.add_argument("--decode-splits", default="",
-                    help="also time 10_split_kv with FLASHLADDER_SPLITS forced to each of these (the heuristic's check)")
+                    help="also time 10_split_kv and 10b_cluster_merge (those of --decode-steps) with FLASHLADDER_SPLITS "
+                         "forced to each of these (the heuristic's check)")
     ap.add_argument("--decode-settle-ms", type=float, default=100.0,
                     help="decode sweep: launch each implementation untimed for this long before its warm-up "
                          "(run 45 on an H100 timed the first implementation of a point up to 16%% low without it)")

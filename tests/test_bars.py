@@ -102,6 +102,12 @@ class Bars(unittest.TestCase):
         self.assertIn("| 1 | 32 | 8 | 1 | 8192 | 20.0 | 11.2 | 6.7 | 1.68 | 56% | 1.46 | 1.12 | 1.10 | **no** |", out)
         self.assertIn("| 1 | 32 | 8 | 1 | 32768 | 50.0 | 44.7 | 10.0 | 2.68 | 89% | nan | nan | – | **no** |", out)
         self.assertIn("step 10b's time over the copy's time", out)
+        # 10b at forced splits: its own table, cells named by the S asked, its heuristic's S unknown ("–").
+        forced = dict(dec("10b_cluster_merge", 1, 8192, 0.025, 5.4), splits_forced=True, splits_asked=4)
+        out = decode_bars(recs + [forced])
+        self.assertIn("Step 10b's number of splits S", out)
+        self.assertIn("| 1 | 8 | 1 | 8192 | – | 1.68 | 4: 1.34 | – | 1.00 |", out)
+        self.assertNotIn("Step 10's number of splits S", out)
 
 
 if __name__ == "__main__":
