@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
   bool lab_solution = false, lab_force = false;
   CLI::App* lab_new_c = lab->add_subcommand(
       "new", "Write an exercise folder: the step's source with its idea cut out (TODO(lab) and a hint), README, build file");
-  lab_new_c->add_option("step", lab_step, "Step number (the exercises: 02, 05, 07, 08a, 09, 10)")->required();
+  lab_new_c->add_option("step", lab_step, "Step number (the exercises: 02, 05, 07, 08a, 09, 10, 10b)")->required();
   lab_new_c->add_option("dir", lab_dir, "Folder to create")->required();
   lab_new_c->add_flag("--solution", lab_solution, "Hand out the step whole, the cut lines kept (for instructors)");
   lab_new_c->add_option("--mutate", lab_mutation,

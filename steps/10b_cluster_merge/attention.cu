@@ -342,6 +342,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   // The tile's rows_here·d/4 pieces (row, 4 columns) are dealt out over the cluster's S·128 threads;
   // each reads the piece from every rank r < S (rank r is split r of this tile) through DSMEM. A
   // split that saw no key of the row has L_s = −∞ and weight 0; if all have, O = 0 and L = +∞.
+  // LAB:BEGIN the merge across the cluster: a cluster barrier (every block's partial in P_s, Ls_s written and visible), then each of the tile's rows_here·d/4 pieces (row, 4 columns), dealt out over the cluster's S·128 threads, reads L_r and O_r of that piece from every rank r < S through distributed shared memory (cooperative_groups: this_cluster(), map_shared_rank) and writes O = Σ_r e^{L_r − m}/ℓ · O_r (as T) and L = m + ln ℓ (m = max_r L_r, ℓ = Σ_r e^{L_r − m}; a row no split saw: O = 0, L = +∞); then a second barrier so that no block leaves while another reads its shared memory
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every block's partial is written, and visible to the others (release / acquire)
   for (int c = s * kThreads + threadIdx.x; c < rows_here * kC; c += S * kThreads) {
@@ -383,6 +384,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
     if (col == 0) L[row_g + row] = m + logf(l);
   }
   cluster.sync();  // no block leaves (and frees its shared memory) while another still reads it
+  // LAB:END
 }
 
 // ---- Host side ----------------------------------------------------------------------------------
