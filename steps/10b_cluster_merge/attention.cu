@@ -66,9 +66,9 @@ struct Tiles {
   static constexpr size_t kSmem = size_t(B_r * d + kRingElems) * 2;        // Q tile + rings (16-bit T)
   // What a split launch (S > 1) asks for instead: more than half of an SM's 228 KiB, so that one block
   // of a cluster runs per SM (the extra 16 KiB are not used). Measured on H100s, B 1, H_kv 8, Nk 32768:
-  //  - with kSmem two blocks fit an SM, and the cluster scheduler put a cluster's blocks two to an SM
-  //    (run 80: S = 15, the split kernel 55.4 µs against step 10's 48.0 — half of a GPC's SMs idle
-  //    while the others streamed for two);
+  //  - with kSmem two blocks fit an SM: run 80 (S = 15) timed the split kernel at 55.4 µs against step
+  //    10's 47.0, which we read as the cluster scheduler putting a cluster's blocks two to an SM (half
+  //    of a GPC's SMs idle; not observed directly);
   //  - asking 116 KiB, 8 clusters fit at once only up to 9 blocks each (a cluster lives in one GPC),
   //    so S = 9 and 72 SMs stream: 53.0 µs per call against step 10's 54.9 and cuDNN's 54.8 (run 81);
   //  - filling one SM with deeper rings instead (6 stages at d = 128, 192 KiB, run 82) was no faster:
