@@ -429,6 +429,7 @@ TEST(SplitKv, TheHeuristicSplitsAWindowByItsOwnKeys) {
 // weak: a build without nvcc has no 10b, and the test then skips.
 namespace fl::s10b {
 int splits(const Problem& p) __attribute__((weak));
+int clusters_at_once(int64_t d, int size) __attribute__((weak));
 }
 
 namespace fl::test {
@@ -436,7 +437,7 @@ namespace {
 
 const Step* step10b() {
   const Step* s = find_step("10b");
-  return s && s->impl && fl::s10b::splits ? s : nullptr;
+  return s && s->impl && fl::s10b::splits && fl::s10b::clusters_at_once ? s : nullptr;
 }
 
 // No workspace at any S: the partials live in shared memory. And a bad FLASHLADDER_SPLITS is refused by
@@ -468,6 +469,16 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
     std::cout << "  the largest cluster of 10b's blocks on this GPU: " << most << "\n";
     EXPECT_TRUE(most == 16 || most == 8) << most;
   }
+  // How many clusters of each size the device runs at once (a cluster lives in one GPC): never more
+  // for a larger size, and at least one of every size up to the largest.
+  std::cout << "  clusters of 10b's split blocks resident at once, by size:";
+  for (int size = 1; size <= 16; ++size) {
+    const int n = fl::s10b::clusters_at_once(128, size);
+    std::cout << " " << size << ":" << n;
+    if (size <= most) EXPECT_GE(n, 1) << "size " << size;
+    if (size > 1) EXPECT_LE(n, fl::s10b::clusters_at_once(128, size - 1)) << "size " << size;
+  }
+  std::cout << "\n";
   const SplitsEnv env("");
   for (auto [B, H_kv, Nq, Nk] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 8, 1, 32768}, {1, 8, 4, 8192},
                                  {1, 32, 4, 131072}, {1, 32, 1, 8192}, {1, 2, 1, 65536}, {1, 1, 16, 8192},
@@ -480,6 +491,8 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
     EXPECT_LE(S, std::min<int64_t>(S10, most)) << p.describe();
     if (S10 >= 8) EXPECT_GE(S, 8) << p.describe() << ": 8 clusters of the portable 8 blocks fit any Hopper GPU";
     if (S10 == 1) EXPECT_EQ(S, 1) << p.describe();
+    const int64_t tiles = B * H_kv * ((p.group() * Nq + 15) / 16);  // clusters: one per 16 packed rows of a K/V head
+    if (S > 1) EXPECT_GE(fl::s10b::clusters_at_once(128, S), tiles) << p.describe() << ": every cluster resident at once";
     std::cout << "  " << p.describe() << ": 10b S = " << S << " (10: " << S10 << ")\n";
   }
 }

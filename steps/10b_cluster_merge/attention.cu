@@ -107,7 +107,7 @@ __device__ __forceinline__ void load_rows(T* tile, const T* block, int64_t rows_
 }
 
 // One thread block: the rows [r0, r0 + 16) of the packed [M][d] tile of one (batch, K/V head), over
-// the key chunk of split s. Fragment names as in 08d: lane = 4·g + t holds rows g and g + 8 of the
+// the key tiles of split s (dealt out over the cluster's warps, below). Fragment names as in 08d: lane = 4·g + t holds rows g and g + 8 of the
 // tile and, in each 8-column n-tile, columns 2t and 2t + 1. Key and row-in-head indices are 32-bit
 // (limits() keeps Nq, Nk below 2^30); packed rows and tensor offsets are 64-bit.
 // S == 1: O and L are written directly (storage type, fp32). S > 1: the normalised partial O_s and L_s
@@ -164,16 +164,22 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
     last[rr] = g + 8 * rr < rows_here ? key_hi(i) : n_k;
   }
 
-  // This split's warp tiles of B_w keys: [t_begin, t_end) of the T_c tiles the row tile visits, from
-  // tile j_first on (a window's first key, rounded down to a tile); warp w takes t_begin + w, + w + 4,
-  // … (n_mine of them), so a partial last tile costs one warp one tile, not the block.
+  // This warp's tiles of B_w keys, of the T_c tiles the row tile visits from tile j_first on (a
+  // window's first key, rounded down to a tile). Any partition of the keys merges to the same answer;
+  // step 10 gives each split a contiguous chunk. Here the cluster's merge waits for its slowest block,
+  // so the blocks should finish together: the cluster's S·4 warps deal the tiles out in turn, warp
+  // gw = 4s + w taking tiles gw, gw + 4S, … (n_mine of them; with S = 1 this is step 10's t_begin + w
+  // + 4k). At each step a block's 4 warps read 4 neighbouring tiles, and the cluster sweeps the keys
+  // front to back together. Per-block timestamps (runs 86-88, H100, B 1, H_kv 8, Nk 32768, S = 9):
+  // with contiguous chunks the blocks ended their loops up to 3.4 µs apart; dealt in turn, 2.3-2.6 µs.
+  // Calls at Nk >= 32768 were 1.3-1.6% faster, at Nk <= 8192 0.3-0.5 µs slower (README.md, "Measured").
   const int j_first = n_begin / B_w;
   const int T_c = n_end > n_begin ? (n_end + B_w - 1) / B_w - j_first : 0;
-  const int t_begin = j_first + int(int64_t(T_c) * s / S), t_end = j_first + int(int64_t(T_c) * (s + 1) / S);
-  const int n_mine = t_end - t_begin > warp ? (t_end - t_begin - warp + kWarps - 1) / kWarps : 0;
+  const int gw = s * kWarps + warp, stride = S * kWarps;  // this warp among the cluster's, and their count
+  const int n_mine = T_c > gw ? (T_c - gw + stride - 1) / stride : 0;
   T* my_ring = ring + warp * kStages * 2 * kTileElems;
   auto load_kv = [&](int k) {  // this warp's k-th tile → slot k % kStages (copies not waited for)
-    const int j0 = (t_begin + warp + kWarps * k) * B_w;
+    const int j0 = (j_first + gw + stride * k) * B_w;
     T* K_s = my_ring + k % kStages * 2 * kTileElems;
     load_rows<T, d, B_w, 32>(K_s, K_g + int64_t(j0) * d, n_k - j0, lane);  // keys past n_k: zeros, never read
     load_rows<T, d, B_w, 32>(K_s + kTileElems, V_g + int64_t(j0) * d, n_k - j0, lane);
@@ -210,7 +216,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
     mma::cp_async_commit();
     const T* K_s = my_ring + k % kStages * 2 * kTileElems;  // K_j: [B_w][d], swizzled
     const T* V_s = K_s + kTileElems;                        // V_j: [B_w][d], swizzled
-    const int j0 = (t_begin + warp + kWarps * k) * B_w;     // first key of the tile
+    const int j0 = (j_first + gw + stride * k) * B_w;      // first key of the tile
 
     // S_ij = Q K_jᵀ, unscaled: [16][16] in two n-tiles (08d's K fragments, one ldmatrix.x4 per k-step).
     float S_ij[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
@@ -330,7 +336,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
       *reinterpret_cast<uint2*>(O + (row_g + row) * d + col) =
           make_uint2(mma::pack2<T>(o.x, o.y), mma::pack2<T>(o.z, o.w));
       if (col == 0) L[row_g + row] = log_sum_exp(m, l, scale, scale_log2);
-    } else {       // split s's partial stays here, for the cluster: O_s in fp32, L_s (−∞: no key of this chunk)
+    } else {       // split s's partial stays here, for the cluster: O_s in fp32, L_s (−∞: none of its keys)
       *reinterpret_cast<float4*>(P_s + row * d + col) = o;
       if (col == 0) Ls_s[row] = l > 0.f ? log_sum_exp(m, l, scale, scale_log2) : -INFINITY;
     }
@@ -459,6 +465,14 @@ DeviceFacts device_facts() {
 }
 
 DeviceFacts facts_for(int64_t d) { return d <= 64 ? device_facts<64>() : device_facts<128>(); }
+
+// For the tests: how many clusters of `size` split blocks this device runs at once (0 for a size it
+// does not schedule, or without a device). Run 85 (H100, a probe kernel asking 116 KiB): 132, 66, 39,
+// 30, 22, 17, 15, 15, 9 for sizes 1 to 9, then 7 for every size from 10 to 16 — so 8 clusters fit at
+// once up to S = 9 (B 1, H_kv 8), 32 only up to S = 3 (B 1, H_kv 32).
+int clusters_at_once(int64_t d, int size) {
+  return size >= 1 && size <= kMaxSplits ? facts_for(d).clusters_at_once[size] : 0;
+}
 
 // FLASHLADDER_SPLITS, if set: the number of splits the benchmark asks for (0: unset).
 int64_t requested_splits() {
