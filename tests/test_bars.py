@@ -94,6 +94,9 @@ class Bars(unittest.TestCase):
         self.assertIn("| 16 | 32 | 8 | 1 | 32768 | 692.7 | 715.8 | 12.4 | 3.10 | 103% | 1.02 | 1.01 | yes |", out)
         self.assertIn("B 1, H_kv 8, Nq 1, Nk 8192: 10.8 µs over, 2.0 allowed.", out)
         self.assertNotIn("Nk 32768: ", out.split("Under 85%")[1])
+        # The count: of the two points (both Nk >= 8192), the first misses the copy's bar, the second meets all.
+        self.assertIn("Step 10: bars met at 1 of 2 points with Nk ≥ 8192 (≥ 1.0× FLASH at 2, ≥ 1.0× cuDNN at 2, "
+                      "≥ 85% of the copy at 1).", out)
         # With 10b's records beside, 10b is the step judged, with its time against step 10's (6.1 / 5.5
         # TFLOP/s at the first point); a point step 10 has no record of gets "–".
         recs += [dec("10b_cluster_merge", 1, 8192, 0.020, 6.1 * 1.1), dec("10b_cluster_merge", 1, 32768, 0.05, 10.0)]
@@ -102,6 +105,12 @@ class Bars(unittest.TestCase):
         self.assertIn("| 1 | 32 | 8 | 1 | 8192 | 20.0 | 11.2 | 6.7 | 1.68 | 56% | 1.46 | 1.12 | 1.10 | **no** |", out)
         self.assertIn("| 1 | 32 | 8 | 1 | 32768 | 50.0 | 44.7 | 10.0 | 2.68 | 89% | nan | nan | – | **no** |", out)
         self.assertIn("step 10b's time over the copy's time", out)
+        # Counted at 10b's points: its 32768 point has no FLASH or cuDNN record (bars missed), and step 10
+        # has no record there at all; step 10's B 16 point is not one of 10b's.
+        self.assertIn("Step 10b: bars met at 0 of 2 points with Nk ≥ 8192 (≥ 1.0× FLASH at 1, ≥ 1.0× cuDNN at 1, "
+                      "≥ 85% of the copy at 1).", out)
+        self.assertIn("Step 10: bars met at 0 of 2 points with Nk ≥ 8192 (≥ 1.0× FLASH at 1, ≥ 1.0× cuDNN at 1, "
+                      "≥ 85% of the copy at 0).", out)
         # 10b at forced splits: its own table, cells named by the S asked, its heuristic's S unknown ("–").
         forced = dict(dec("10b_cluster_merge", 1, 8192, 0.025, 5.4), splits_forced=True, splits_asked=4)
         out = decode_bars(recs + [forced])

@@ -170,9 +170,10 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   // so the blocks should finish together: the cluster's S·4 warps deal the tiles out in turn, warp
   // gw = 4s + w taking tiles gw, gw + 4S, … (n_mine of them; with S = 1 this is step 10's t_begin + w
   // + 4k). At each step a block's 4 warps read 4 neighbouring tiles, and the cluster sweeps the keys
-  // front to back together. Per-block timestamps (runs 86-88, H100, B 1, H_kv 8, Nk 32768, S = 9):
-  // with contiguous chunks the blocks ended their loops up to 3.4 µs apart; dealt in turn, 2.3-2.6 µs.
-  // Calls at Nk >= 32768 were 1.3-1.6% faster, at Nk <= 8192 0.3-0.5 µs slower (README.md, "Measured").
+  // front to back together. Per-block timestamps (run 88, H100, B 1, H_kv 8, Nk 32768, S = 9): with
+  // contiguous chunks the blocks' loops ended a median 3.6 µs apart within a call; dealt in turn, 2.6.
+  // Calls at H_kv 8, Nk >= 32768 were 1.5-4.0% faster (runs 88, 90), at Nk <= 8192 up to 0.5 µs
+  // slower (README.md, "Where the time goes").
   const int j_first = n_begin / B_w;
   const int T_c = n_end > n_begin ? (n_end + B_w - 1) / B_w - j_first : 0;
   const int gw = s * kWarps + warp, stride = S * kWarps;  // this warp among the cluster's, and their count
