@@ -142,7 +142,8 @@ const std::vector<Step>& ladder() {
        kWindow | kSeqused},
       {"10b", "10b_cluster_merge",
        "the splits of a tile are one thread-block cluster: the partials stay in shared memory and the cluster merges them "
-       "through distributed shared memory, with no second kernel and no workspace",
+       "through distributed shared memory, with no second kernel and no workspace (step 10's kernels where the clusters "
+       "cannot read as fast as the memory)",
        Where::gpu, false, kGpuTypes, DecodeD::list(), FL_GPU(s10b::impl), "10", Arch::sm90a, false,
        kWindow | kSeqused},
   };

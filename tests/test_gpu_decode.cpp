@@ -430,6 +430,7 @@ TEST(SplitKv, TheHeuristicSplitsAWindowByItsOwnKeys) {
 namespace fl::s10b {
 int splits(const Problem& p) __attribute__((weak));
 int clusters_at_once(int64_t d, int size) __attribute__((weak));
+bool uses_step10(const Problem& p) __attribute__((weak));
 }
 
 namespace fl::test {
@@ -437,11 +438,11 @@ namespace {
 
 const Step* step10b() {
   const Step* s = find_step("10b");
-  return s && s->impl && fl::s10b::splits && fl::s10b::clusters_at_once ? s : nullptr;
+  return s && s->impl && fl::s10b::splits && fl::s10b::clusters_at_once && fl::s10b::uses_step10 ? s : nullptr;
 }
 
-// No workspace at any S: the partials live in shared memory. And a bad FLASHLADDER_SPLITS is refused by
-// 10b as by 10 (the knob is theirs both), with a device or without.
+// No workspace at any S where the cluster merge runs: the partials live in shared memory. And a bad
+// FLASHLADDER_SPLITS is refused by 10b as by 10 (the knob is theirs both), with a device or without.
 TEST(ClusterMerge, NeedsNoWorkspaceAndRefusesABadSplitsVariable) {
   const Step* s = step10b();
   if (!s) GTEST_SKIP() << "step 10b is not in this build (no nvcc)";
@@ -493,8 +494,35 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
     if (S10 == 1) EXPECT_EQ(S, 1) << p.describe();
     const int64_t tiles = B * H_kv * ((p.group() * Nq + 15) / 16);  // clusters: one per 16 packed rows of a K/V head
     if (S > 1) EXPECT_GE(fl::s10b::clusters_at_once(128, S), tiles) << p.describe() << ": every cluster resident at once";
-    std::cout << "  " << p.describe() << ": 10b S = " << S << " (10: " << S10 << ")\n";
+    std::cout << "  " << p.describe() << ": 10b S = " << S << " (10: " << S10 << ")"
+              << (fl::s10b::uses_step10(p) ? ", runs step 10's kernels" : "") << "\n";
   }
+  // Where 10b's clusters cannot read as fast as the memory and step 10 has more blocks, on a read of over
+  // 2048 keys per split, 10b runs step 10's kernels, with step 10's workspace: B 1, H_kv 1, Nq 1 (2
+  // tiles of 16 rows, S = 16 against step 10's 60) at Nk 131072, not at 32768 (2048 keys per split);
+  // H_kv 1, Nq 4 (8 row tiles reading one K/V head, S = 9) at 32768, not at 8192; never where 10b
+  // streams on enough blocks (H_kv 8, Nq 1 and 4: 72), nor when FLASHLADDER_SPLITS asks for a number.
+  const Step* s10b = step10b();
+  for (auto [H_kv, Nq, Nk, runs10] : {std::tuple<int64_t, int64_t, int64_t, bool>{1, 1, 131072, true}, {1, 1, 32768, false},
+                                      {1, 4, 32768, true}, {1, 4, 8192, false}, {2, 1, 131072, true},
+                                      {8, 1, 131072, false}, {8, 4, 131072, false}, {32, 1, 131072, false}}) {
+    const Problem p = decode_problem(1, H_kv, Nq, Nk);
+    if (most != 16) {  // the S above are those of a GPU that schedules clusters of 16 (H100, H200)
+      std::cout << "  " << p.describe() << ": which kernels run not checked (largest cluster " << most << ", not 16)\n";
+      continue;
+    }
+    EXPECT_EQ(fl::s10b::uses_step10(p), runs10) << p.describe();
+    if (runs10) {
+      EXPECT_EQ(s10b->impl->workspace_bytes(p), s10->impl->workspace_bytes(p)) << p.describe();
+      EXPECT_GT(s10b->impl->workspace_bytes(p), 0u) << p.describe();
+    } else {
+      EXPECT_EQ(s10b->impl->workspace_bytes(p), 0u) << p.describe();
+    }
+  }
+  const Problem mqa = decode_problem(1, 1, 1, 131072);
+  const SplitsEnv forced("4");
+  EXPECT_FALSE(fl::s10b::uses_step10(mqa)) << mqa.describe() << " with FLASHLADDER_SPLITS=4";
+  EXPECT_EQ(s10b->impl->workspace_bytes(mqa), 0u) << mqa.describe() << " with FLASHLADDER_SPLITS=4";
 }
 
 }  // namespace

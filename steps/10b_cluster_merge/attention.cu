@@ -46,6 +46,11 @@
 #include "steps/launch.cuh"
 #include "steps/variants.cuh"  // VariantArgs: the window, causal folded in
 
+namespace fl::s10 {  // this step's base (steps/10_split_kv): its split rule and its two launches
+int splits(const Problem& p);
+extern const StepImpl impl;
+}  // namespace fl::s10
+
 namespace fl::s10b {
 
 namespace cg = cooperative_groups;
@@ -533,7 +538,31 @@ int splits(const Problem& p) {
   return int(S);
 }
 
-size_t workspace_bytes(const Problem&) { return 0; }  // the partials live in the cluster's shared memory
+// Where the clusters cannot read fast enough: a tile's splits are one cluster, so 10b streams on S
+// blocks per tile (S ≤ 16, and lowered until every cluster is resident), where step 10's splits are
+// free blocks (up to 30 per tile). One of these blocks reads ≈ 48.8 GB/s when the SM, not the memory,
+// is the limit (run 94, H100: B 1, H_kv 1, Nq 4, Nk 131072, 72 blocks), and the copy moves 3.0 TB/s:
+// it takes ~62 blocks to keep up with the memory. Every K/V byte is read by the T_r row tiles of its
+// head, so 10b needs min(SMs, 62·T_r) blocks; with fewer (B 1 and H_kv ≤ 2 at Nq 1; H_kv ≤ 4 at Nq 4)
+// step 10's extra blocks win once the read is long. Run 94, 10b against step 10: H_kv 1, Nq 1 0.53× at
+// Nk 131072 (8192 keys per split), 0.95× at 32768 (2048 keys), 1.25× at 8192; H_kv 1-4, Nq 4 0.69-0.74×
+// at 131072, 0.82-0.86× at 32768 (3641 keys), 1.05-1.06× at 8192. So where 10b's blocks are fewer than
+// that, step 10 has more, and each split would read over 2048 keys, 10b runs step 10's kernels (and
+// reports their workspace) — unless FLASHLADDER_SPLITS asks for a number of splits, which always means
+// 10b's own clusters (README.md, "Where the clusters cannot read fast enough").
+constexpr int64_t kBlocksPerMemory = 62;
+
+bool uses_step10(const Problem& p) {
+  if (requested_splits() > 0) return false;
+  const int64_t S = splits(p), S10 = fl::s10::splits(p);
+  const int64_t T_r = ceil_div<int64_t>(p.group() * p.Nq, B_r), tiles = p.B * p.H_kv * T_r;
+  const int64_t needed = std::min<int64_t>(facts_for(p.d).sms, kBlocksPerMemory * T_r);
+  return S10 > S && tiles * S < needed && keys_visited(p) / S > 2048;
+}
+
+size_t workspace_bytes(const Problem& p) {  // the partials live in the cluster's shared memory
+  return uses_step10(p) ? fl::s10::impl.workspace_bytes(p) : 0;
+}
 
 std::string limits(const Problem& p) {
   if (p.Nq >= (int64_t(1) << 30) || p.Nk >= (int64_t(1) << 30))
@@ -542,6 +571,7 @@ std::string limits(const Problem& p) {
   int64_t S = 1;
   try {
     S = splits(p);
+    if (uses_step10(p)) return fl::s10::impl.limits ? fl::s10::impl.limits(p) : "";
   } catch (const Error& e) {
     return e.what();
   }
@@ -584,6 +614,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
 }
 
 void forward(const Problem& p, const ForwardArgs& a) {
+  if (uses_step10(p)) return fl::s10::impl.forward(p, a);  // see uses_step10
   dispatch<DecodeD>(p, [&](auto T_, auto d_) { launch<decltype(T_), decltype(d_)::value>(p, a); });
 }
 
