@@ -30,7 +30,9 @@
 // cluster's blocks run one per SM (Tiles::kSmemAlone says what two per SM cost), and S is lowered until
 // all the clusters are resident at once (cudaOccupancyMaxActiveClusters): on an H100, S = 9 at B 1,
 // H_kv 8 (72 SMs stream, against step 10's 120 blocks). Fewer SMs stream, nothing waits for a grid:
-// 10b is faster where the read is short and ties where it is long (README.md, "Measured").
+// 10b is faster where the read is short and ties where it is long (README.md, "Measured"). Where so
+// few blocks cannot read as fast as the memory (one or two K/V heads at B 1), 10b calls step 10's
+// kernels instead (uses_step10, below).
 
 #include <algorithm>
 #include <climits>
@@ -112,8 +114,8 @@ __device__ __forceinline__ void load_rows(T* tile, const T* block, int64_t rows_
 }
 
 // One thread block: the rows [r0, r0 + 16) of the packed [M][d] tile of one (batch, K/V head), over
-// the key tiles of split s (dealt out over the cluster's warps, below). Fragment names as in 08d: lane = 4·g + t holds rows g and g + 8 of the
-// tile and, in each 8-column n-tile, columns 2t and 2t + 1. Key and row-in-head indices are 32-bit
+// the key tiles of split s (dealt out over the cluster's warps, below). Fragment names as in 08d:
+// lane = 4·g + t holds rows g and g + 8 of the tile and, in each 8-column n-tile, columns 2t and 2t + 1. Key and row-in-head indices are 32-bit
 // (limits() keeps Nq, Nk below 2^30); packed rows and tensor offsets are 64-bit.
 // S == 1: O and L are written directly (storage type, fp32). S > 1: the normalised partial O_s and L_s
 // (fp32) stay in this block's shared memory, and the cluster of the tile's S blocks merges them.
@@ -560,7 +562,7 @@ bool uses_step10(const Problem& p) {
   return S10 > S && tiles * S < needed && keys_visited(p) / S > 2048;
 }
 
-size_t workspace_bytes(const Problem& p) {  // the partials live in the cluster's shared memory
+size_t workspace_bytes(const Problem& p) {  // 0: the partials live in the cluster's shared memory
   return uses_step10(p) ? fl::s10::impl.workspace_bytes(p) : 0;
 }
 
