@@ -3,18 +3,21 @@
 
     scripts/bars.py --torch docs/results/X-torch.jsonl [--decode docs/results/Y-decode.jsonl] [--out FILE.md]
     scripts/bars.py --torch R1.jsonl --torch R2.jsonl --torch R3.jsonl   (repetitions of one sweep)
+    scripts/bars.py --decode D1.jsonl --decode D2.jsonl --decode D3.jsonl   (repetitions of the decode sweep)
 
 From one run's records (scripts/compare_torch.py), per point of the FA2 sweep: our last forward rung
 against torch cuDNN and FLASH (issue 15: >= 0.9x cuDNN at N >= 2048, >= 1.0x FLASH at N >= 1024), our
 last backward rung and its deterministic mode against both (issue 16: the same bars); per point of the
-decode sweep: step 10 against both and its K+V bytes/s against the run's copy bandwidth (issue 17:
+decode sweep: step 10b (else step 10) against both and its K+V bytes/s against the run's copy bandwidth (issue 17:
 >= 1.0x both and >= 85% of the copy at Nk >= 8192). Each row says whether it meets its bar, so a
 missed bar shows by how much. Standard library only: it runs anywhere the records are.
 
 With --torch given more than once (repetitions of the same sweep, e.g. in one device call), each run
 gets its own tables, as above, and then one table per pass over the repetitions: per fp16 point, the
 ratio to cuDNN in each run, their median, and in how many runs the point met its bars. A bar met in
-one run and missed in another is within the runs' noise, and the table shows it.
+one run and missed in another is within the runs' noise, and the table shows it. --decode given more
+than once does the same for issue 17: per point with Nk >= 8192, the step's ratio to cuDNN and its
+fraction of the copy in each run, and in how many runs it met all three bars.
 """
 from __future__ import annotations
 
@@ -232,11 +235,54 @@ def forced_table(records, by, step):
     return lines
 
 
+def decode_repeat_table(runs):
+    """Issue 17's bars over several decode runs: per point with Nk >= 8192, the step judged in each
+    (10b where the records have it), its ratio to cuDNN and its fraction of the copy in every run, and in
+    how many runs it met all three bars. Where two kernels both read at the memory's speed, a >= 1.0
+    bar between them is decided by noise; this table shows which points are such coin tosses."""
+    per_run = []
+    for rec in runs:
+        copy = [r for r in rec if r.get("impl") == "d2d_copy"]
+        bw = copy[-1]["bytes_per_s"] if copy else None
+        by = index(rec, "fwd")
+        ours = "10b_cluster_merge" if "10b_cluster_merge" in by else "10_split_kv"
+        per_run.append((bw, by, ours))
+    steps = {o for _, _, o in per_run}
+    points = sorted({k for _, by, o in per_run for k in by.get(o, {}) if k[7] >= 8192},
+                    key=lambda k: (k[3], k[5], k[6], k[7]))
+    lines = [f"Step judged: {', '.join(sorted(steps))}; per run, its ratio to cuDNN / its K+V bytes as a "
+             "fraction of the copy's bandwidth.\n",
+             "| B | H_kv | Nq | Nk | " + " | ".join(f"run {i + 1}" for i in range(len(runs))) + " | met in |",
+             "|--:|--:|--:|--:|" + "---|" * len(runs) + "--:|"]
+    every = some = 0
+    for k in points:
+        cells, met = [], 0
+        for bw, by, ours in per_run:
+            r = by.get(ours, {}).get(k)
+            fl = by.get("torch_flash", {}).get(k, {}).get("tflops")
+            cu = by.get("torch_cudnn", {}).get(k, {}).get("tflops")
+            if not r or not bw:
+                cells.append("–")
+                continue
+            kv = r.get("kv_bytes_per_s") or 2 * r["B"] * r["H_kv"] * r["Nk"] * r["d"] * 2 / (r["median_ms"] * 1e-3)
+            rc = r["tflops"] / cu if cu else float("nan")
+            ok = bool(fl) and bool(cu) and r["tflops"] >= fl and r["tflops"] >= cu and kv / bw >= 0.85
+            met += int(ok)
+            cells.append(f"{rc:.3f} / {100 * kv / bw:.0f}%" + ("" if ok else " ✗"))
+        every += int(met == len(runs))
+        some += int(met > 0)
+        lines.append(f"| {k[3]} | {k[5]} | {k[6]} | {k[7]} | " + " | ".join(cells) + f" | {met} of {len(runs)} |")
+    lines.append(f"\n{every} of {len(points)} points met their bars in every run, {some} in at least one "
+                 "(✗: a bar missed in that run).")
+    return "\n".join(lines) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--torch", action="append", default=[],
                     help="records of scripts/compare_torch.py (the FA2 sweep); again for each repetition")
-    ap.add_argument("--decode", help="records of scripts/compare_torch.py --sweeps decode")
+    ap.add_argument("--decode", action="append", default=[],
+                    help="records of scripts/compare_torch.py --sweeps decode; again for each repetition")
     ap.add_argument("--fwd", default="08k_persistent")
     ap.add_argument("--bwd", default="09f_dq_writer")
     ap.add_argument("--out", help="write the Markdown here (default: print)")
@@ -259,13 +305,16 @@ def main():
         for pas, ours in (("fwd", a.fwd), ("bwd", a.bwd)):
             parts.append(f"## {'Forward' if pas == 'fwd' else 'Backward'}: {ours}\n")
             parts.append(repeat_table(runs, pas, ours, 2048, 1024))
-    if a.decode:
-        rec = load(a.decode)
+    decode_runs = [load(path) for path in a.decode]
+    for path, rec in zip(a.decode, decode_runs):
         meta = next((r for r in rec if r.get("impl") != "d2d_copy"), {})
-        parts.append(f"\n# The bars of issue 17 (`{a.decode}`)\n\n{meta.get('device')}, commit {meta.get('commit')}, "
+        parts.append(f"\n# The bars of issue 17 (`{path}`)\n\n{meta.get('device')}, commit {meta.get('commit')}, "
                      f"{meta.get('date')}; d = 128, fp16, H = 32 (bars at Nk ≥ 8192: ≥ 1.0× FLASH and cuDNN, "
                      "K+V at ≥ 85% of the copy bandwidth).\n")
         parts.append(decode_table(rec))
+    if len(decode_runs) > 1:
+        parts.append(f"\n# Issue 17's bars over the {len(decode_runs)} runs above\n")
+        parts.append(decode_repeat_table(decode_runs))
     text = "\n".join(parts)
     if a.out:
         with open(a.out, "w", encoding="utf-8") as f:

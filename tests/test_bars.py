@@ -2,7 +2,7 @@
 """flashladder — tests/test_bars.py: scripts/bars.py on made-up records: one run's table (a point under
 0.9x cuDNN marked **no**, the lowest ratio named), and repetitions (--torch given three times): each
 run's ratio, the median, "met in k of n" with a point that misses in one run only, and the spread line
-naming whose time moved."""
+naming whose time moved; the decode bars of issue 17 for one run, and over two (--decode given twice)."""
 import json
 import os
 import subprocess
@@ -117,6 +117,31 @@ class Bars(unittest.TestCase):
         self.assertIn("Step 10b's number of splits S", out)
         self.assertIn("| 1 | 8 | 1 | 8192 | – | 1.68 | 4: 1.34 | – | 1.00 |", out)
         self.assertNotIn("Step 10's number of splits S", out)
+
+
+class DecodeRepetitions(unittest.TestCase):
+    def test_met_in_k_of_n(self):
+        # Two runs of one point (B 16, H_kv 8, Nk 32768: 2 GiB, 692.7 µs at 3e12 B/s is 103% of the copy):
+        # 10b beats cuDNN in the first run (12.4 against 12.3 TFLOP/s) and not in the second (12.4 against
+        # 12.5): met in 1 of 2, the ratio shown with three decimals and the miss marked.
+        def dec(impl, tflops):
+            return {"impl": impl, "pass": "fwd", "dtype": "fp16", "d": 128, "causal": False, "B": 16, "H": 32,
+                    "H_kv": 8, "Nq": 1, "Nk": 32768, "median_ms": 0.6927, "tflops": tflops,
+                    "device": "made-up GPU", "commit": "abc", "date": "2026-11-27"}
+        copy = {"impl": "d2d_copy", "pass": "copy", "bytes_per_s": 3e12, "device": "made-up GPU"}
+        with tempfile.TemporaryDirectory() as t:
+            paths = []
+            for i, cu in enumerate((12.3, 12.5)):
+                path = os.path.join(t, f"r{i}.jsonl")
+                with open(path, "w") as f:
+                    for r in (copy, dec("10b_cluster_merge", 12.4), dec("torch_flash", 12.0), dec("torch_cudnn", cu)):
+                        f.write(json.dumps(r) + "\n")
+                paths.append(path)
+            out = bars("--decode", paths[0], "--decode", paths[1])
+        self.assertEqual(out.count("# The bars of issue 17"), 2)
+        self.assertIn("# Issue 17's bars over the 2 runs above", out)
+        self.assertIn("| 16 | 8 | 1 | 32768 | 1.008 / 103% | 0.992 / 103% ✗ | 1 of 2 |", out)
+        self.assertIn("0 of 1 points met their bars in every run, 1 in at least one", out)
 
 
 if __name__ == "__main__":
