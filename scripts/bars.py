@@ -129,6 +129,23 @@ def repeat_table(runs, pas, ours, bar_cudnn_n, bar_flash_n):
     return "\n".join(lines) + "\n"
 
 
+def decode_kv(r):
+    """K + V bytes per second of a decode record: its own figure, or the bytes over the median time."""
+    kv = r.get("kv_bytes_per_s")
+    return kv if kv is not None else 2 * r["B"] * r["H_kv"] * r["Nk"] * r["d"] * 2 / (r["median_ms"] * 1e-3)
+
+
+def decode_verdict(by, bw, step, k):
+    """Issue 17's three bars for `step` at point k: (>= 1.0x FLASH, >= 1.0x cuDNN, >= 85% of the copy
+    bandwidth bw). A missing record of the step, of FLASH or of cuDNN is a bar missed; NaN fails."""
+    r = by.get(step, {}).get(k)
+    fl = by.get("torch_flash", {}).get(k, {}).get("tflops")
+    cu = by.get("torch_cudnn", {}).get(k, {}).get("tflops")
+    if not r or not bw:
+        return False, False, False
+    return bool(fl) and r["tflops"] / fl >= 1.0, bool(cu) and r["tflops"] / cu >= 1.0, decode_kv(r) / bw >= 0.85
+
+
 def decode_table(records, ours=None):
     """The bars of issue 17 for `ours` (default: 10b_cluster_merge where the records have it, else
     10_split_kv); beside 10b, its time against step 10's at the same point."""
@@ -148,24 +165,12 @@ def decode_table(records, ours=None):
              + ("/ 10 | " if base else "") + "bars met |",
              "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|" + ("--:|" if base else "") + "---|"]
     excess = []  # (step 10's µs − the copy's µs, the copy's µs, point) at Nk >= 8192
-
-    def verdict(step, k):  # (≥ 1.0× FLASH, ≥ 1.0× cuDNN, ≥ 85% of the copy) of `step` at point k
-        r = by.get(step, {}).get(k)
-        fl = by.get("torch_flash", {}).get(k, {}).get("tflops")
-        cu = by.get("torch_cudnn", {}).get(k, {}).get("tflops")
-        if not r or not bw:
-            return False, False, False
-        kv_bytes = 2 * r["B"] * r["H_kv"] * r["Nk"] * r["d"] * 2
-        kv = r.get("kv_bytes_per_s") or kv_bytes / (r["median_ms"] * 1e-3)
-        return bool(fl) and r["tflops"] / fl >= 1.0, bool(cu) and r["tflops"] / cu >= 1.0, kv / bw >= 0.85
     for k in sorted(by[ours], key=lambda k: (k[3], k[5], k[6], k[7])):
         r = by[ours][k]
         fl = by.get("torch_flash", {}).get(k, {}).get("tflops")
         cu = by.get("torch_cudnn", {}).get(k, {}).get("tflops")
         kv_bytes = 2 * r["B"] * r["H_kv"] * r["Nk"] * r["d"] * 2
-        kv = r.get("kv_bytes_per_s")
-        if kv is None:  # K + V bytes over the median time
-            kv = kv_bytes / (r["median_ms"] * 1e-3)
+        kv = decode_kv(r)
         frac = kv / bw if bw else float("nan")
         us = r["median_ms"] * 1e3
         copy_us = kv_bytes / bw * 1e6 if bw else float("nan")
@@ -173,7 +178,7 @@ def decode_table(records, ours=None):
             excess.append((us - copy_us, copy_us, k))
         rf = r["tflops"] / fl if fl else float("nan")
         rc = r["tflops"] / cu if cu else float("nan")
-        ok = k[7] < 8192 or (rf >= 1.0 and rc >= 1.0 and frac >= 0.85)
+        ok = k[7] < 8192 or all(decode_verdict(by, bw, ours, k))
         b10 = by[base].get(k, {}).get("tflops") if base else None
         vs10 = (f"{r['tflops'] / b10:.2f} | " if b10 else "– | ") if base else ""
         lines.append(f"| {k[3]} | {k[4]} | {k[5]} | {k[6]} | {k[7]} | {us:.1f} | {copy_us:.1f} | {r['tflops']:.1f} | "
@@ -183,7 +188,7 @@ def decode_table(records, ours=None):
     # when 10b is judged, at 10b's points and against the same FLASH and cuDNN records.
     barred = [k for k in by[ours] if k[7] >= 8192]
     for step in [ours] + ([base] if base else []):
-        v = [verdict(step, k) for k in barred]
+        v = [decode_verdict(by, bw, step, k) for k in barred]
         if v:
             lines.append(f"\nStep {step.split('_')[0]}: bars met at {sum(all(x) for x in v)} of {len(v)} points with "
                          f"Nk ≥ 8192 (≥ 1.0× FLASH at {sum(x[0] for x in v)}, ≥ 1.0× cuDNN at {sum(x[1] for x in v)}, "
@@ -259,14 +264,13 @@ def decode_repeat_table(runs):
         cells, met = [], 0
         for bw, by, ours in per_run:
             r = by.get(ours, {}).get(k)
-            fl = by.get("torch_flash", {}).get(k, {}).get("tflops")
             cu = by.get("torch_cudnn", {}).get(k, {}).get("tflops")
             if not r or not bw:
                 cells.append("–")
                 continue
-            kv = r.get("kv_bytes_per_s") or 2 * r["B"] * r["H_kv"] * r["Nk"] * r["d"] * 2 / (r["median_ms"] * 1e-3)
+            kv = decode_kv(r)
             rc = r["tflops"] / cu if cu else float("nan")
-            ok = bool(fl) and bool(cu) and r["tflops"] >= fl and r["tflops"] >= cu and kv / bw >= 0.85
+            ok = all(decode_verdict(by, bw, ours, k))
             met += int(ok)
             cells.append(f"{rc:.3f} / {100 * kv / bw:.0f}%" + ("" if ok else " ✗"))
         every += int(met == len(runs))

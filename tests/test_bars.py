@@ -143,6 +143,25 @@ class DecodeRepetitions(unittest.TestCase):
         self.assertIn("| 16 | 8 | 1 | 32768 | 1.008 / 103% | 0.992 / 103% ✗ | 1 of 2 |", out)
         self.assertIn("0 of 1 points met their bars in every run, 1 in at least one", out)
 
+    def test_nan_meets_no_bar(self):
+        # A record whose time and rate are NaN (a broken run) meets none of the three bars, in the table,
+        # in the count and over repetitions.
+        nan = float("nan")
+        recs = [{"impl": "d2d_copy", "pass": "copy", "bytes_per_s": 3e12, "device": "made-up GPU"}]
+        for impl, tf, ms in (("10b_cluster_merge", nan, nan), ("torch_flash", 12.0, 0.7), ("torch_cudnn", 12.3, 0.7)):
+            recs.append({"impl": impl, "pass": "fwd", "dtype": "fp16", "d": 128, "causal": False, "B": 16, "H": 32,
+                         "H_kv": 8, "Nq": 1, "Nk": 32768, "median_ms": ms, "tflops": tf,
+                         "device": "made-up GPU", "commit": "abc", "date": "2026-11-27"})
+        with tempfile.TemporaryDirectory() as t:
+            path = os.path.join(t, "nan.jsonl")
+            with open(path, "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in recs)
+            out = bars("--decode", path, "--decode", path)
+        self.assertIn("**no** |", out)
+        self.assertIn("Step 10b: bars met at 0 of 1 points with Nk ≥ 8192 (≥ 1.0× FLASH at 0, ≥ 1.0× cuDNN at 0, "
+                      "≥ 85% of the copy at 0).", out)
+        self.assertIn("| 0 of 2 |", out)
+
 
 if __name__ == "__main__":
     unittest.main()
