@@ -305,7 +305,7 @@ def decode_sweep(args, lib, env, out):
                                 os.environ["FLASHLADDER_SPLITS"] = str(S)
                             ours = Ours(lib, step, B, H, None, d, causal, dt, H_kv=H_kv, Nq=Nq, Nk=Nk)
                             extra = {}
-                            if step.startswith("10_"):  # the S it used: its workspace is S x rows x (d + 1) floats (10b has none)
+                            if step.startswith("10_"):  # the S it used: its workspace is S x rows x (d + 1) floats (10b has none on its clusters)
                                 per = B * H * Nq * (d + 1) * 4
                                 extra["splits"] = max(1, ours.ws_bytes[0] // per)
                             if step.startswith("10"):
