@@ -127,7 +127,8 @@ __device__ __forceinline__ void load_rows(T* tile, const T* block, int64_t rows_
 // The shared state of the run-time balance (an S = 1 launch that has a workspace; null pointers: the
 // launch is 10b's, every block reads its own tile). Zeroed by the launcher before every call.
 struct Balance {
-  int* next = nullptr;       // [tiles]: the tile's chunks handed out so far (a warp takes one at a time)
+  int* queue = nullptr;      // [1]: tiles handed out after the grid's first (block b starts with tile b)
+  int* next = nullptr;       // [tiles]: the tile's chunks handed out so far past the home warps' first 4
   int* thief = nullptr;      // [tiles]: 0 open, 1 a thief block has joined, 2 closed by the home block
   int* done = nullptr;       // [tiles]: the tile's two workers that have written their partial
   float* O_part = nullptr;   // [2][rows_total][d]: the home block's (0) and the thief's (1) normalised partial O
@@ -239,8 +240,9 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
     int dealt = 0;                                          // 10b's deal: tiles handed out so far
     int* const counter = balanced ? bal.next + tile_id : nullptr;
     auto grab = [&]() { return lane == 0 ? atomicAdd(counter, 1) : 0; };  // lane 0's answer, not waited for
-    int c_load = balanced ? __shfl_sync(0xffffffffu, grab(), 0) : 0;  // the chunk being loaded (all lanes)
-    int c_ahead = balanced ? grab() : 0;                               // the next one (lane 0 only, in flight)
+    // A home block's warps start on chunks 0-3 without asking; the counter hands out chunk kWarps + n.
+    int c_load = !balanced ? 0 : home ? warp : kWarps + __shfl_sync(0xffffffffu, grab(), 0);  // being loaded (all lanes)
+    int c_ahead = balanced ? grab() : 0;  // the next one (lane 0 only, kWarps short; in flight)
     int pos = 0;                                                       // tiles of c_load loaded so far
     auto next_tile = [&]() -> int {  // the next key tile (from j_first) this warp loads, or −1: none left
       if (!balanced) {
@@ -253,7 +255,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
       if (c_load >= n_chunks || tt >= T_c) return -1;  // the counter ran past the tile: it stays there
       if (++pos == kChunk) {
         pos = 0;
-        c_load = __shfl_sync(0xffffffffu, c_ahead, 0);
+        c_load = kWarps + __shfl_sync(0xffffffffu, c_ahead, 0);
         c_ahead = grab();
       }
       return tt;
@@ -497,33 +499,45 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
       }
     }
 
-    // ---- Steal: join the tile with the most chunks left among the 128 after this block's own and the
-    // 128 before it (a started one: an unstarted tile's home block is still to come), if that is at least
-    // kMinSteal chunks — less is not worth a second Q, ring and merge. The first thief to mark it (0 → 1)
-    // joins; the others look again (up to 4 times), then leave.
+    // ---- The next tile: the queue's, while it has any (a grid of at most one block per slot reads
+    // every tile as its home block, in order: the hardware's order, without waves); then a tile to join.
     __syncthreads();  // the shared memory (rings, verdict) is free for the next tile
+    if (threadIdx.x == 0) verdict = int(gridDim.x) + atomicAdd(bal.queue, 1);
+    __syncthreads();
+    const int queued = verdict;
+    __syncthreads();  // everyone has read verdict before thread 0 writes it again
+    if (queued < bal.tiles) {
+      tile_id = queued;
+      home = true;
+      continue;
+    }
+    // Steal: every tile has its home block now, and the ones still read are the last handed out. Join
+    // the one with the most chunks left among the last 2·128, if that is at least kMinSteal — less is
+    // not worth a second Q, ring filling and merge. The first thief to mark it (0 → 1) joins; the others
+    // look again (up to 4 times), then the block ends.
     bool joined = false;
     for (int attempt = 0; attempt < 4 && !joined; ++attempt) {
       long long mine = -1;  // (chunks left) << 32 | tile, the best this thread saw
 #pragma unroll
       for (int side = 0; side < 2; ++side) {
-        const int64_t home_tile = blockIdx.x / S;
-        const int64_t cand = ((side ? home_tile - 1 - threadIdx.x : home_tile + 1 + threadIdx.x) % bal.tiles +
-                              bal.tiles) % bal.tiles;
-        if (threadIdx.x >= bal.tiles - 1) continue;  // fewer other tiles than threads
-        const int taken = __ldcg(bal.next + cand);
-        if (taken == 0 || __ldcg(bal.thief + cand) != 0) continue;  // not started, or joined or closed already
+        const int64_t cand = bal.tiles - 1 - threadIdx.x - side * kThreads;
+        if (cand < 0) continue;
+        if (__ldcg(bal.thief + cand) != 0) continue;  // joined or closed already
         const TileKeys ck = tile_keys(cand, M, Nq, Nk, H_kv, T_r, causal, seqused_k, var);
-        const int left = (ck.T_c + kChunk - 1) / kChunk - taken;
-        if (left >= kMinSteal) mine = max(mine, (static_cast<long long>(left) << 32) | cand);
+        const int left = (ck.T_c + kChunk - 1) / kChunk - kWarps - __ldcg(bal.next + cand);
+        if (left >= kMinSteal && ((static_cast<long long>(left) << 32) | cand) > mine)
+          mine = (static_cast<long long>(left) << 32) | cand;
       }
 #pragma unroll
-      for (int x = 16; x > 0; x /= 2) mine = max(mine, __shfl_xor_sync(0xffffffffu, mine, x));
+      for (int x = 16; x > 0; x /= 2) {
+        const long long other = __shfl_xor_sync(0xffffffffu, mine, x);
+        mine = other > mine ? other : mine;
+      }
       if (lane == 0) best[warp] = mine;
       __syncthreads();
       if (threadIdx.x == 0) {
         long long b = best[0];
-        for (int w = 1; w < kWarps; ++w) b = max(b, best[w]);
+        for (int w = 1; w < kWarps; ++w) b = best[w] > b ? best[w] : b;
         verdict = b < 0 ? -1 : atomicCAS(bal.thief + (b & 0xffffffffll), 0, 1) == 0 ? int(b & 0xffffffffll) : -2;
       }
       __syncthreads();
@@ -764,10 +778,10 @@ bool balanced(const Problem& p) {
   return !off && splits(p) == 1 && !uses_step10(p);
 }
 
-// The balance's workspace: the counters next, thief, done [3][tiles] (ints, padded to 16 bytes), then
-// the two partials of every row, O_part [2][rows_total][d] and L_part [2][rows_total] (fp32).
+// The balance's workspace: the counters queue [1] and next, thief, done [3][tiles] (ints, padded to 16
+// bytes), then the two partials of every row, O_part [2][rows_total][d] and L_part [2][rows_total] (fp32).
 int64_t tiles_of(const Problem& p) { return p.B * p.H_kv * ceil_div<int64_t>(p.group() * p.Nq, B_r); }
-size_t counter_bytes(const Problem& p) { return size_t(ceil_div<int64_t>(3 * tiles_of(p), 4)) * 16; }
+size_t counter_bytes(const Problem& p) { return size_t(ceil_div<int64_t>(1 + 3 * tiles_of(p), 4)) * 16; }
 
 size_t workspace_bytes(const Problem& p) {  // 0 on the clusters: their partials live in shared memory
   if (uses_step10(p)) return fl::s10::impl.workspace_bytes(p);
@@ -809,7 +823,8 @@ void launch(const Problem& p, const ForwardArgs& a) {
     if (!a.workspace) throw Error("step 10c's balance needs its workspace (" + std::to_string(workspace_bytes(p)) + " bytes): the call passed none");
     bal.tiles = tiles_of(p);
     bal.rows_total = p.lse_elems();
-    bal.next = static_cast<int*>(a.workspace);
+    bal.queue = static_cast<int*>(a.workspace);
+    bal.next = bal.queue + 1;
     bal.thief = bal.next + bal.tiles;
     bal.done = bal.thief + bal.tiles;
     bal.O_part = reinterpret_cast<float*>(static_cast<char*>(a.workspace) + counter_bytes(p));
@@ -817,7 +832,12 @@ void launch(const Problem& p, const ForwardArgs& a) {
     FL_CUDA(cudaMemsetAsync(a.workspace, 0, counter_bytes(p), static_cast<cudaStream_t>(a.stream)));
   }
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(p.B * p.H_kv * T_r * S));
+  // Balanced: at most one block per slot (blocks_per_sm · SMs, all resident at once); the rest of the
+  // tiles come from the queue.
+  const DeviceFacts f = facts_for(d);
+  const int64_t slots = int64_t(f.blocks_per_sm) * f.sms;
+  const int64_t grid = bal.next && slots > 0 ? std::min(bal.tiles, slots) : p.B * p.H_kv * T_r * S;
+  cfg.gridDim = dim3(unsigned(grid));
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = S > 1 ? Tiles<d>::kSmemAlone : Tiles<d>::kSmem;  // S = 1: two blocks per SM, as step 10
   cfg.stream = static_cast<cudaStream_t>(a.stream);
