@@ -59,10 +59,8 @@ constexpr int B_w = 16;      // keys per warp tile (one k-step of P̃V, two n-ti
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxSplits = 16;  // S: at most one cluster of blocks (Hopper's non-portable maximum), see above
-// The balance's grain: a warp takes kChunk key tiles (64 keys, 32 KiB of K and V at d = 128) at a time;
-// a block joins a tile only if kMinSteal chunks (1024 keys) are left, more than a second Q, ring filling
-// and merge cost.
-constexpr int kChunk = 4;
+// A block joins a tile only if kMinSteal chunks (Tiles::kChunk, 512 KiB of K and V in all) are left:
+// more than a second Q, ring filling and merge cost.
 constexpr int kMinSteal = 16;
 
 // kStages warp tiles of K and V per warp ring: 96 KiB of ring per block at d = 64 and 128, so two
@@ -84,6 +82,11 @@ struct Tiles {
   //    2.45 TB/s here against 2.53 with these rings (run 81, another H100), and at B 1, H_kv 32 (S = 3)
   //    2.33–2.64 TB/s against step 10's 2.61–3.10 in the same run (README.md, "What did not work").
   static constexpr size_t kSmemAlone = 116 * 1024;
+  // The balance's grain: a warp takes kChunk key tiles at a time, 32 KiB of K and V (64 keys at d = 128,
+  // 128 at d = 64). A warp's prologue stays inside its first chunk (kStages − 1 tiles), which a home
+  // block's warps take without asking: the first atomic comes after the first loads.
+  static constexpr int kChunk = d <= 64 ? 8 : 4;
+  static_assert(kStages - 1 < kChunk, "the prologue's tiles are the first chunk's, before its last");
   static_assert(kSmemAlone >= kSmem, "the one-per-SM request holds the tiles");
   // After the loop the rings hold the warps' partial O (fp32, rows padded by 4 floats) and m, ℓ.
   static constexpr size_t kMergeBytes = size_t(kWarps * B_r * (d + 4) + 2 * kWarps * B_r) * 4;
@@ -106,6 +109,19 @@ __device__ __forceinline__ int key_lo(const VariantArgs& var, int i, int n_k, in
 }
 __device__ __forceinline__ int key_hi(const VariantArgs& var, int i, int n_k, int Nq) {
   return var.right < 0 ? n_k : min(n_k, i + n_k - Nq + var.right + 1);
+}
+
+// Programmatic dependent launch (step 10's): the zeroing kernel lets this grid be scheduled at once,
+// and this grid waits (griddepcontrol.wait) for it to complete, its writes visible, before an atomic.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 }
 
 // cp.async of ROWS rows of a row-major [rows_left…][d] block into a [ROWS][d] swizzled tile by N
@@ -193,7 +209,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
                  T* __restrict__ O, float* __restrict__ L, int64_t M, int Nq, int Nk, int64_t H_kv, int64_t T_r,
                  int S, float scale, bool causal, const int32_t* __restrict__ seqused_k,
                  VariantArgs var, Balance bal) {
-  constexpr int kStages = Tiles<d>::kStages, kTileElems = Tiles<d>::kTileElems;
+  constexpr int kStages = Tiles<d>::kStages, kTileElems = Tiles<d>::kTileElems, kChunk = Tiles<d>::kChunk;
   const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
   extern __shared__ __align__(128) unsigned char smem[];
   T* Q_s = reinterpret_cast<T*>(smem);  // Q tile: [B_r][d] in shared memory
@@ -241,8 +257,9 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
     int* const counter = balanced ? bal.next + tile_id : nullptr;
     auto grab = [&]() { return lane == 0 ? atomicAdd(counter, 1) : 0; };  // lane 0's answer, not waited for
     // A home block's warps start on chunks 0-3 without asking; the counter hands out chunk kWarps + n.
+    // A thief's first tile comes after its home tiles: the counters were zeroed long before.
     int c_load = !balanced ? 0 : home ? warp : kWarps + __shfl_sync(0xffffffffu, grab(), 0);  // being loaded (all lanes)
-    int c_ahead = balanced ? grab() : 0;  // the next one (lane 0 only, kWarps short; in flight)
+    int c_ahead = balanced && !home ? grab() : 0;  // the next one (lane 0 only, kWarps short; in flight)
     int pos = 0;                                                       // tiles of c_load loaded so far
     auto next_tile = [&]() -> int {  // the next key tile (from j_first) this warp loads, or −1: none left
       if (!balanced) {
@@ -281,6 +298,13 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
     for (int k = 0; k < kStages - 1; ++k) {
       if (loaded == k) load_next(k);
       mma::cp_async_commit();
+    }
+    if (balanced && home) {
+      // The counters are zeroed by a kernel launched just before this one, which lets this grid start
+      // at once (programmatic dependent launch): the copies above read only Q, K and V. Wait for it
+      // before the first atomic (a no-op when that launch was not programmatic, or after the first tile).
+      wait_for_prerequisite_grid();
+      c_ahead = grab();
     }
     mma::cp_async_wait<kStages - 1>();  // this thread's part of Q has landed
     __syncthreads();                    // everyone's has
@@ -501,30 +525,30 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
 
     // ---- The next tile: the queue's, while it has any (a grid of at most one block per slot reads
     // every tile as its home block, in order: the hardware's order, without waves); then a tile to join.
+    // Steal: once the queue is empty every tile has its home block, and the ones still read are the last
+    // handed out. Join the one with the most chunks left among the last 2·128, if that is at least
+    // kMinSteal — less is not worth a second Q, ring filling and merge. The first thief to mark it
+    // (0 → 1) joins; the others look again (up to 4 times), then the block ends. The first look is made
+    // while the queue's atomic is in flight: the last blocks of a call end one round trip after their
+    // tile, not two.
     __syncthreads();  // the shared memory (rings, verdict) is free for the next tile
     if (threadIdx.x == 0) verdict = int(gridDim.x) + atomicAdd(bal.queue, 1);
-    __syncthreads();
-    const int queued = verdict;
-    __syncthreads();  // everyone has read verdict before thread 0 writes it again
-    if (queued < bal.tiles) {
-      tile_id = queued;
-      home = true;
-      continue;
-    }
-    // Steal: every tile has its home block now, and the ones still read are the last handed out. Join
-    // the one with the most chunks left among the last 2·128, if that is at least kMinSteal — less is
-    // not worth a second Q, ring filling and merge. The first thief to mark it (0 → 1) joins; the others
-    // look again (up to 4 times), then the block ends.
-    bool joined = false;
-    for (int attempt = 0; attempt < 4 && !joined; ++attempt) {
+    bool joined = false, next_home = false;
+    for (int attempt = 0; attempt < 4 && !joined && !next_home; ++attempt) {
       long long mine = -1;  // (chunks left) << 32 | tile, the best this thread saw
+      int taken[2], state[2];
+#pragma unroll
+      for (int side = 0; side < 2; ++side) {  // both loads of both candidates in flight together
+        const int64_t cand = bal.tiles - 1 - threadIdx.x - side * kThreads;
+        taken[side] = cand < 0 ? 0 : __ldcg(bal.next + cand);
+        state[side] = cand < 0 ? 1 : __ldcg(bal.thief + cand);
+      }
 #pragma unroll
       for (int side = 0; side < 2; ++side) {
         const int64_t cand = bal.tiles - 1 - threadIdx.x - side * kThreads;
-        if (cand < 0) continue;
-        if (__ldcg(bal.thief + cand) != 0) continue;  // joined or closed already
+        if (state[side] != 0) continue;  // no such tile, or joined or closed already
         const TileKeys ck = tile_keys(cand, M, Nq, Nk, H_kv, T_r, causal, seqused_k, var);
-        const int left = (ck.T_c + kChunk - 1) / kChunk - kWarps - __ldcg(bal.next + cand);
+        const int left = (ck.T_c + kChunk - 1) / kChunk - kWarps - taken[side];
         if (left >= kMinSteal && ((static_cast<long long>(left) << 32) | cand) > mine)
           mine = (static_cast<long long>(left) << 32) | cand;
       }
@@ -534,7 +558,14 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
         mine = other > mine ? other : mine;
       }
       if (lane == 0) best[warp] = mine;
-      __syncthreads();
+      __syncthreads();  // best[] and (first time) the queue's answer
+      if (attempt == 0 && verdict < bal.tiles) {
+        next_home = true;  // uniform: everyone read the same verdict
+        tile_id = verdict;
+        home = true;
+      }
+      __syncthreads();  // everyone has read verdict before thread 0 writes it again
+      if (next_home) break;
       if (threadIdx.x == 0) {
         long long b = best[0];
         for (int w = 1; w < kWarps; ++w) b = best[w] > b ? best[w] : b;
@@ -550,7 +581,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
         joined = true;
       }
     }
-    if (!joined) return;
+    if (!joined && !next_home) return;
   }
   if (S == 1) return;  // a cluster of one block: nothing to merge
 
@@ -615,6 +646,13 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   // (docs/results/explorations/…-run92-10b-tail.*).
   __cluster_barrier_arrive_relaxed();
   __cluster_barrier_wait();
+}
+
+// The balance's counters, zeroed before every call (the workspace is poisoned between calls). It lets
+// the attention kernel be scheduled at once; that kernel waits for it to finish before its first atomic.
+__global__ void __launch_bounds__(256) zero_kernel(int* __restrict__ counters, int64_t n) {
+  allow_dependent_launch();
+  for (int64_t i = int64_t(blockIdx.x) * 256 + threadIdx.x; i < n; i += int64_t(gridDim.x) * 256) counters[i] = 0;
 }
 
 // ---- Host side ----------------------------------------------------------------------------------
@@ -829,7 +867,9 @@ void launch(const Problem& p, const ForwardArgs& a) {
     bal.done = bal.thief + bal.tiles;
     bal.O_part = reinterpret_cast<float*>(static_cast<char*>(a.workspace) + counter_bytes(p));
     bal.L_part = bal.O_part + size_t(2) * size_t(bal.rows_total) * size_t(d);
-    FL_CUDA(cudaMemsetAsync(a.workspace, 0, counter_bytes(p), static_cast<cudaStream_t>(a.stream)));
+    const int64_t n = 1 + 3 * bal.tiles;
+    zero_kernel<<<unsigned(std::min<int64_t>(ceil_div<int64_t>(n, 256), 64)), 256, 0, static_cast<cudaStream_t>(a.stream)>>>(bal.queue, n);
+    FL_CUDA(cudaGetLastError());
   }
   cudaLaunchConfig_t cfg = {};
   // Balanced: at most one block per slot (blocks_per_sm · SMs, all resident at once); the rest of the
@@ -841,18 +881,33 @@ void launch(const Problem& p, const ForwardArgs& a) {
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = S > 1 ? Tiles<d>::kSmemAlone : Tiles<d>::kSmem;  // S = 1: two blocks per SM, as step 10
   cfg.stream = static_cast<cudaStream_t>(a.stream);
-  cudaLaunchAttribute cluster[1];
-  cluster[0].id = cudaLaunchAttributeClusterDimension;
-  cluster[0].val.clusterDim.x = unsigned(S);  // the grid is a multiple of S: splits are neighbours
-  cluster[0].val.clusterDim.y = 1;
-  cluster[0].val.clusterDim.z = 1;
-  cfg.attrs = cluster;
+  cudaLaunchAttribute attrs[1];
+  if (bal.next) {  // after the zeroing kernel, scheduled at once (it waits for it in griddepcontrol.wait)
+    attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[0].val.programmaticStreamSerializationAllowed = 1;
+  } else {         // 10b's launch: clusters of S blocks (S = 1: of one block)
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = unsigned(S);  // the grid is a multiple of S: splits are neighbours
+    attrs[0].val.clusterDim.y = 1;
+    attrs[0].val.clusterDim.z = 1;
+  }
+  cfg.attrs = attrs;
   cfg.numAttrs = 1;
-  FL_CUDA(cudaLaunchKernelEx(&cfg, attention_kernel<T, d>, static_cast<const T*>(a.q), static_cast<const T*>(a.k),
-                             static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, M, int(p.Nq), int(p.Nk), p.H_kv,
-                             T_r, S, float(p.softmax_scale()), p.causal,
-                             p.seqused_k.empty() ? nullptr : a.seqused_k,
-                             VariantArgs::of(p, a.alibi_slopes, nullptr, nullptr, a.seqused_k), bal));
+  auto kernel = attention_kernel<T, d>;
+  const VariantArgs var = VariantArgs::of(p, a.alibi_slopes, nullptr, nullptr, a.seqused_k);
+  const int32_t* used = p.seqused_k.empty() ? nullptr : a.seqused_k;
+  auto go = [&] {
+    return cudaLaunchKernelEx(&cfg, kernel, static_cast<const T*>(a.q), static_cast<const T*>(a.k),
+                              static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, M, int(p.Nq), int(p.Nk), p.H_kv,
+                              T_r, S, float(p.softmax_scale()), p.causal, used, var, bal);
+  };
+  cudaError_t e = go();
+  if (e != cudaSuccess && bal.next) {  // refused at once, not sticky: an ordinary launch after the zeroing
+    cudaGetLastError();
+    cfg.numAttrs = 0;
+    e = go();
+  }
+  FL_CUDA(e);
   FL_CUDA(cudaGetLastError());
 }
 
