@@ -296,7 +296,7 @@ def decode_sweep(args, lib, env, out):
                         return r
 
                     row = {}
-                    split_steps = [st for st in steps if st in ("10_split_kv", "10b_cluster_merge", "10c_work_stealing")] or ["10_split_kv"]
+                    split_steps = [st for st in steps if st in ("10_split_kv", "10b_cluster_merge")] or ["10_split_kv"]
                     runs = [(st, None) for st in steps] + [(st, S) for st in split_steps for S in forced]
                     for step, S in runs:
                         label = step if S is None else f"{step}@S={S}"
@@ -362,7 +362,7 @@ def decode_sweep(args, lib, env, out):
                     cells = "  ".join(f"{k} {r['tflops']:5.1f} TF {r['kv_bytes_per_s'] / 1e12:4.2f} TB/s"
                                       + (f" (S={r['splits']})" if "splits" in r else "") for k, r in row.items())
                     ratio = ""
-                    top = next((st for st in reversed(steps) if st in ("10_split_kv", "10b_cluster_merge", "10c_work_stealing") and st in row), None)
+                    top = next((st for st in reversed(steps) if st in ("10_split_kv", "10b_cluster_merge") and st in row), None)
                     if top:
                         ms, n = row[top]["median_ms"], top.split("_")[0]
                         ratio = "  {n}/flash {:.2f}  {n}/cudnn {:.2f}  {n} at {:.0%} of copy".format(
@@ -392,15 +392,15 @@ def main():
     ap.add_argument("--dims", default="64,128", help="head dims of the FA2 sweep (a subset for a quick look)")
     ap.add_argument("--causal", default="no,yes", help="which masks of the FA2 sweep: no, yes or both")
     ap.add_argument("--sweeps", default="fa2", help="which sweeps, comma-separated: fa2 (the FA2 paper's), decode")
-    ap.add_argument("--decode-steps", default="08g_smem_epilogue,10_split_kv,10b_cluster_merge,10c_work_stealing",
-                    help="our forward steps in the decode sweep (the ratios of the last one listed of 10_split_kv, "
-                         "10b_cluster_merge and 10c_work_stealing are printed)")
+    ap.add_argument("--decode-steps", default="08g_smem_epilogue,10_split_kv,10b_cluster_merge",
+                    help="our forward steps in the decode sweep (the ratios of the last one listed of 10_split_kv "
+                         "and 10b_cluster_merge are printed)")
     ap.add_argument("--decode-b", default="1,16,64")
     ap.add_argument("--decode-hkv", default="8,32")
     ap.add_argument("--decode-nq", default="1,4")
     ap.add_argument("--decode-nk", default="1024,8192,32768,131072")
     ap.add_argument("--decode-splits", default="",
-                    help="also time 10_split_kv, 10b_cluster_merge and 10c_work_stealing (those of --decode-steps) with FLASHLADDER_SPLITS "
+                    help="also time 10_split_kv and 10b_cluster_merge (those of --decode-steps) with FLASHLADDER_SPLITS "
                          "forced to each of these (the heuristic's check)")
     ap.add_argument("--decode-settle-ms", type=float, default=100.0,
                     help="decode sweep: launch each implementation untimed for this long before its warm-up "

@@ -37,7 +37,6 @@ FL_GPU_STEP(s09e)
 FL_GPU_STEP(s09f)
 FL_GPU_STEP(s10)
 FL_GPU_STEP(s10b)
-FL_GPU_STEP(s10c)
 #define FL_GPU(x) (&(x))
 
 namespace fl {
@@ -146,11 +145,6 @@ const std::vector<Step>& ladder() {
        "through distributed shared memory, with no second kernel and no workspace (step 10's kernels where the clusters "
        "cannot read as fast as the memory)",
        Where::gpu, false, kGpuTypes, DecodeD::list(), FL_GPU(s10b::impl), "10", Arch::sm90a, false,
-       kWindow | kSeqused},
-      {"10c", "10c_work_stealing",
-       "work stealing: where one block per tile fills the GPU, the warps take a tile's keys in chunks from a counter at "
-       "run time, and a block whose tile is used up joins another; the two partials merge by the logsumexp rule",
-       Where::gpu, false, kGpuTypes, DecodeD::list(), FL_GPU(s10c::impl), "10b", Arch::sm90a, false,
        kWindow | kSeqused},
   };
   return steps;
