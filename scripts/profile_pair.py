@@ -9,6 +9,12 @@ by side. Run it under ncu (tools/device-run's `profile` stage does):
 
 Each side runs twice (the first launch loads modules; ncu's --launch-skip can drop it). Nothing is timed
 here: the benchmark and scripts/compare_torch.py time; this only gives the profiler the same work.
+
+A decode shape (issue 17): --nq, --nk and --h-kv give Q [B][H][Nq][d] and K, V [B][H_kv][Nk][d] (forward
+only; PyTorch's side with enable_gqa), e.g. the 10b/cuDNN pair of the bars' sweep:
+
+  python3 scripts/profile_pair.py --fwd-step 10b_cluster_merge --bwd-step '' --backend cudnn \
+      -B 16 -H 32 --h-kv 8 --nq 1 --nk 32768
 """
 import argparse
 import sys
@@ -18,7 +24,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from compare_torch import Ours, add_problem_args, load, problem_inputs  # noqa: E402
+from compare_torch import DTYPES, Ours, add_problem_args, load, problem_inputs  # noqa: E402
 
 
 def main():
@@ -28,6 +34,9 @@ def main():
     ap.add_argument("--bwd-step", default="09_backward", help="our backward step ('' to skip)")
     add_problem_args(ap)
     ap.add_argument("--times", type=int, default=2, help="launches of each side")
+    ap.add_argument("--h-kv", type=int, default=0, help="K/V heads (GQA; 0: H)")
+    ap.add_argument("--nq", type=int, default=0, help="query rows (a decode shape with --nk; 0: N)")
+    ap.add_argument("--nk", type=int, default=0, help="keys (a decode shape with --nq; 0: N)")
     ap.add_argument("--backend", default="flash", choices=["flash", "cudnn"],
                     help="PyTorch's side: SDPA's FLASH_ATTENTION (FlashAttention-2) or CUDNN_ATTENTION")
     a = ap.parse_args()
@@ -35,6 +44,27 @@ def main():
         sys.exit("profile_pair.py: needs a CUDA device")
     backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[a.backend]
     lib = load(a.lib)
+    if a.h_kv or a.nq or a.nk:  # a decode (or GQA) shape: forward only
+        if a.bwd_step:
+            sys.exit("profile_pair.py: --h-kv, --nq and --nk profile the forward only (pass --bwd-step '')")
+        H_kv, Nq, Nk = a.h_kv or a.H, a.nq or a.N, a.nk or a.N
+        if a.H % H_kv:
+            sys.exit(f"profile_pair.py: H = {a.H} is not a multiple of --h-kv {H_kv}")
+        g = torch.Generator(device="cuda").manual_seed(1)
+        tdt = DTYPES[a.dtype][0]
+        q = torch.randn(a.B, a.H, Nq, a.d, device="cuda", generator=g).add_(0.5).to(tdt)
+        k, v = (torch.randn(a.B, H_kv, Nk, a.d, device="cuda", generator=g).add_(0.5).to(tdt) for _ in range(2))
+        o = torch.empty_like(q)
+        lse = torch.empty(a.B, a.H, Nq, device="cuda", dtype=torch.float32)
+        ours = Ours(lib, a.fwd_step, a.B, a.H, None, a.d, a.causal, a.dtype, H_kv=H_kv, Nq=Nq, Nk=Nk) if a.fwd_step else None
+        for _ in range(a.times):
+            if ours:
+                ours.forward(q, k, v, o, lse)
+            with sdpa_kernel(backend), torch.no_grad():
+                F.scaled_dot_product_attention(q, k, v, is_causal=a.causal, enable_gqa=H_kv != a.H)
+        torch.cuda.synchronize()
+        print("profile_pair: done")
+        return
     q, k, v, do = problem_inputs(a)
     o = torch.empty_like(q)
     lse = torch.empty(a.B, a.H, a.N, device="cuda", dtype=torch.float32)
