@@ -22,7 +22,6 @@ struct VariantArgs {
   const int32_t* cu_k = nullptr;   // cu_seqlens_k [B + 1]: K, V packed [total_k][H_kv][d]
   const int32_t* used_k = nullptr; // seqused_k [B]: the keys sequence b attends to
   int64_t total_q = 0;             // packed: the length of L's rows ([H][total_q])
-  int exp_deal = 0;                // EXPLORATION (run 102, 10b): FLASHLADDER_EXP_DEAL
 
   static VariantArgs of(const Problem& p, const float* alibi_slopes, const int32_t* cu_seqlens_q = nullptr,
                         const int32_t* cu_seqlens_k = nullptr, const int32_t* seqused_k = nullptr) {

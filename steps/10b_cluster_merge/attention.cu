@@ -65,9 +65,9 @@ constexpr int kMaxSplits = 16;  // S: at most one cluster of blocks (Hopper's no
 
 // kStages warp tiles of K and V per warp ring: 96 KiB of ring per block at d = 64 and 128, so two
 // blocks (8 warps, 2·4·(kStages − 1) tiles in flight) share an SM.
-template <int d, int Stages = (d <= 64 ? 6 : 3)>
+template <int d>
 struct Tiles {
-  static constexpr int kStages = Stages;
+  static constexpr int kStages = d <= 64 ? 6 : 3;
   static constexpr int kTileElems = B_w * d;                               // one K or V warp tile
   static constexpr int kRingElems = kWarps * kStages * 2 * kTileElems;     // every warp's K and V slots
   static constexpr size_t kSmem = size_t(B_r * d + kRingElems) * 2;        // Q tile + rings (16-bit T)
@@ -82,7 +82,7 @@ struct Tiles {
   //    2.45 TB/s here against 2.53 with these rings (run 81, another H100), and at B 1, H_kv 32 (S = 3)
   //    2.33–2.64 TB/s against step 10's 2.61–3.10 in the same run (README.md, "What did not work").
   static constexpr size_t kSmemAlone = 116 * 1024;
-  static_assert(Stages != (d <= 64 ? 6 : 3) || kSmemAlone >= kSmem, "the one-per-SM request holds the tiles");
+  static_assert(kSmemAlone >= kSmem, "the one-per-SM request holds the tiles");
   // After the loop the rings hold the warps' partial O (fp32, rows padded by 4 floats) and m, ℓ.
   static constexpr size_t kMergeBytes = size_t(kWarps * B_r * (d + 4) + 2 * kWarps * B_r) * 4;
   // Then, behind them, the block's partial for the cluster: O_s [B_r][d] and L_s [B_r], fp32.
@@ -119,13 +119,13 @@ __device__ __forceinline__ void load_rows(T* tile, const T* block, int64_t rows_
 // (limits() keeps Nq, Nk below 2^30); packed rows and tensor offsets are 64-bit.
 // S == 1: O and L are written directly (storage type, fp32). S > 1: the normalised partial O_s and L_s
 // (fp32) stay in this block's shared memory, and the cluster of the tile's S blocks merges them.
-template <class T, int d, int Stages = Tiles<d>::kStages>
+template <class T, int d>
 __global__ void __launch_bounds__(kThreads)
 attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                  T* __restrict__ O, float* __restrict__ L, int64_t M, int Nq, int Nk, int64_t H_kv, int64_t T_r,
                  int S, float scale, bool causal, const int32_t* __restrict__ seqused_k,
                  VariantArgs var) {
-  constexpr int kStages = Tiles<d, Stages>::kStages, kTileElems = Tiles<d, Stages>::kTileElems;
+  constexpr int kStages = Tiles<d>::kStages, kTileElems = Tiles<d>::kTileElems;
   const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
   extern __shared__ __align__(128) unsigned char smem[];
   T* Q_s = reinterpret_cast<T*>(smem);  // Q tile: [B_r][d] in shared memory
@@ -184,15 +184,10 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   const int j_first = n_begin / B_w;
   const int T_c = n_end > n_begin ? (n_end + B_w - 1) / B_w - j_first : 0;
   const int gw = s * kWarps + warp, stride = S * kWarps;  // this warp among the cluster's, and their count
-  // EXPLORATION (run 102): FLASHLADDER_EXP_DEAL = 2 deals the tiles in pairs (warp gw takes tiles 2gw, 2gw + 1,
-  // then 2gw + 2·stride, …): 8 KiB of K and of V contiguous per warp per pair.
-  const int P = (T_c + 1) / 2, n_pairs = P > gw ? (P - gw + stride - 1) / stride : 0;
-  const int n_mine = var.exp_deal != 2 ? (T_c > gw ? (T_c - gw + stride - 1) / stride : 0)
-                                       : 2 * n_pairs - ((T_c % 2) && n_pairs > 0 && (P - 1) % stride == gw ? 1 : 0);
-  auto tile_of = [&](int k) { return var.exp_deal != 2 ? gw + stride * k : (k / 2) * 2 * stride + 2 * gw + k % 2; };
+  const int n_mine = T_c > gw ? (T_c - gw + stride - 1) / stride : 0;
   T* my_ring = ring + warp * kStages * 2 * kTileElems;
   auto load_kv = [&](int k) {  // this warp's k-th tile → slot k % kStages (copies not waited for)
-    const int j0 = (j_first + tile_of(k)) * B_w;
+    const int j0 = (j_first + gw + stride * k) * B_w;
     T* K_s = my_ring + k % kStages * 2 * kTileElems;
     load_rows<T, d, B_w, 32>(K_s, K_g + int64_t(j0) * d, n_k - j0, lane);  // keys past n_k: zeros, never read
     load_rows<T, d, B_w, 32>(K_s + kTileElems, V_g + int64_t(j0) * d, n_k - j0, lane);
@@ -229,7 +224,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
     mma::cp_async_commit();
     const T* K_s = my_ring + k % kStages * 2 * kTileElems;  // K_j: [B_w][d], swizzled
     const T* V_s = K_s + kTileElems;                        // V_j: [B_w][d], swizzled
-    const int j0 = (j_first + tile_of(k)) * B_w;      // first key of the tile
+    const int j0 = (j_first + gw + stride * k) * B_w;      // first key of the tile
 
     // S_ij = Q K_jᵀ, unscaled: [16][16] in two n-tiles (08d's K fragments, one ldmatrix.x4 per k-step).
     float S_ij[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
@@ -612,31 +607,11 @@ void launch(const Problem& p, const ForwardArgs& a) {
   cluster[0].val.clusterDim.z = 1;
   cfg.attrs = cluster;
   cfg.numAttrs = 1;
-  // EXPLORATION (run 102): FLASHLADDER_EXP_STAGES = 2, 4 or 5 runs an S = 1 launch at d = 128 with rings of
-  // that many stages (3 otherwise).
-  VariantArgs var = VariantArgs::of(p, a.alibi_slopes, nullptr, nullptr, a.seqused_k);
-  var.exp_deal = int(env_knob("FLASHLADDER_EXP_DEAL", 1, 2, "1: tiles dealt one by one, 2: in pairs").value_or(1));
-  const int exp_stages = int(env_knob("FLASHLADDER_EXP_STAGES", 2, 5, "ring stages of an S = 1 launch at d = 128").value_or(3));
-  if constexpr (d == 128) if (S == 1 && exp_stages != 3) {
-    auto run = [&](auto kernel, size_t smem) {
-      FL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      cfg.dynamicSmemBytes = smem;
-      FL_CUDA(cudaLaunchKernelEx(&cfg, kernel, static_cast<const T*>(a.q), static_cast<const T*>(a.k),
-                                 static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, M, int(p.Nq), int(p.Nk), p.H_kv,
-                                 T_r, S, float(p.softmax_scale()), p.causal,
-                                 p.seqused_k.empty() ? nullptr : a.seqused_k,
-                                 var));
-    };
-    if (exp_stages == 2) run(attention_kernel<T, d, 2>, Tiles<d, 2>::kSmem);
-    if (exp_stages == 4) run(attention_kernel<T, d, 4>, Tiles<d, 4>::kSmem);
-    if (exp_stages == 5) run(attention_kernel<T, d, 5>, Tiles<d, 5>::kSmem);
-    FL_CUDA(cudaGetLastError());
-    return;
-  }
   FL_CUDA(cudaLaunchKernelEx(&cfg, attention_kernel<T, d>, static_cast<const T*>(a.q), static_cast<const T*>(a.k),
                              static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, M, int(p.Nq), int(p.Nk), p.H_kv,
                              T_r, S, float(p.softmax_scale()), p.causal,
-                             p.seqused_k.empty() ? nullptr : a.seqused_k, var));
+                             p.seqused_k.empty() ? nullptr : a.seqused_k,
+                             VariantArgs::of(p, a.alibi_slopes, nullptr, nullptr, a.seqused_k)));
   FL_CUDA(cudaGetLastError());
 }
 
