@@ -150,11 +150,33 @@ def make_sets(B, H, N, d, dt, nsets, grad):
     return sets
 
 
+def carried_commit():
+    """The commit tools/device-run's callers write to .carry/commit: on the GPU machine the copy's own git
+    HEAD is not the working tree's (run 99's second sweep, called beside device-run without
+    FLASHLADDER_COMMIT, recorded the last landed commit instead of the one it ran)."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".carry", "commit")) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def record_commit():
+    """The commit a record names without FLASHLADDER_COMMIT: git's HEAD when the tracked files are HEAD's;
+    else .carry/commit (the GPU machine's copy: files of the working tree on an older HEAD); else HEAD
+    marked "-dirty" (as app/record.cpp does); else "unknown"."""
+    run = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True).stdout.strip()
+    head = run("rev-parse", "--short=12", "HEAD")
+    dirty = bool(head) and bool(run("status", "--porcelain", "--untracked-files=no"))
+    if head and not dirty:
+        return head
+    return carried_commit() or (head + "-dirty" if head else "unknown")
+
+
 def run_env():
     """The fields every record carries about the run: device, SM count, CUDA, driver, commit, date, torch."""
     props = torch.cuda.get_device_properties(0)
-    commit = os.environ.get("FLASHLADDER_COMMIT") or subprocess.run(
-        ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
+    commit = os.environ.get("FLASHLADDER_COMMIT") or record_commit()
     env = {"device": props.name, "sm_count": props.multi_processor_count, "cuda": torch.version.cuda,
            "driver": "", "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "torch": torch.__version__}
