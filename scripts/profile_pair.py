@@ -13,8 +13,10 @@ here: the benchmark and scripts/compare_torch.py time; this only gives the profi
 A decode shape (issue 17): --nq, --nk and --h-kv give Q [B][H][Nq][d] and K, V [B][H_kv][Nk][d] (forward
 only; PyTorch's side with enable_gqa), e.g. the 10b/cuDNN pair of the bars' sweep:
 
-  python3 scripts/profile_pair.py --fwd-step 10b_cluster_merge --bwd-step '' --backend cudnn \
-      -B 16 -H 32 --h-kv 8 --nq 1 --nk 32768
+  python3 scripts/profile_pair.py --fwd-step 10b_cluster_merge --backend cudnn -B 16 -H 32 --h-kv 8 --nq 1 --nk 32768
+
+(through tools/device-run: PROFILE_ARGS="--fwd-step 10b_cluster_merge --backend cudnn -B 16 -H 32 --h-kv 8 --nq 1
+--nk 32768"; "none" names no step where an empty value cannot be passed).
 """
 import argparse
 import sys
@@ -30,8 +32,9 @@ from compare_torch import DTYPES, Ours, add_problem_args, load, problem_inputs  
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
-    ap.add_argument("--fwd-step", default="08g_smem_epilogue", help="our forward step ('' to skip)")
-    ap.add_argument("--bwd-step", default="09_backward", help="our backward step ('' to skip)")
+    ap.add_argument("--fwd-step", default="08g_smem_epilogue", help="our forward step ('' or none to skip)")
+    ap.add_argument("--bwd-step", default=None,
+                    help="our backward step ('' or none to skip; default 09_backward, none with a decode shape)")
     add_problem_args(ap)
     ap.add_argument("--times", type=int, default=2, help="launches of each side")
     ap.add_argument("--h-kv", type=int, default=0, help="K/V heads (GQA; 0: H)")
@@ -44,9 +47,12 @@ def main():
         sys.exit("profile_pair.py: needs a CUDA device")
     backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[a.backend]
     lib = load(a.lib)
-    if a.h_kv or a.nq or a.nk:  # a decode (or GQA) shape: forward only
+    decode = bool(a.h_kv or a.nq or a.nk)
+    a.fwd_step = "" if a.fwd_step == "none" else a.fwd_step
+    a.bwd_step = ("" if decode else "09_backward") if a.bwd_step is None else "" if a.bwd_step == "none" else a.bwd_step
+    if decode:  # a decode (or GQA) shape: forward only
         if a.bwd_step:
-            sys.exit("profile_pair.py: --h-kv, --nq and --nk profile the forward only (pass --bwd-step '')")
+            sys.exit(f"profile_pair.py: --h-kv, --nq and --nk profile the forward only (--bwd-step {a.bwd_step} given)")
         H_kv, Nq, Nk = a.h_kv or a.H, a.nq or a.N, a.nk or a.N
         if a.H % H_kv:
             sys.exit(f"profile_pair.py: H = {a.H} is not a multiple of --h-kv {H_kv}")
