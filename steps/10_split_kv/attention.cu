@@ -13,11 +13,11 @@
 // 1. GQA packing. The G = H/H_kv query heads that share K/V head h_kv, times their Nq rows, are ONE
 //    tile of M = G·Nq rows: in the layout [B][H][Nq][d] those rows are contiguous (rows r = h'·Nq + i
 //    of heads h_kv·G + h'), so the tile is a plain [M][d] block of Q, O and L. K/V are read once per
-//    group. A tile is B_r = 16 rows (the m of m16n8k16) when M ≤ 16 (the sweep's shapes), else 32 rows
-//    (two m-tiles per warp, sharing each K and V fragment): MQA's G = 32 is one tile, and larger M gets
-//    ⌈M/32⌉ row tiles.
+//    group. A tile is B_r = 16 rows (the m of m16n8k16): decode has M = 1…16 (the sweep's shapes);
+//    larger M gets ⌈M/16⌉ row tiles, or ⌈M/32⌉ tiles of 32 rows (two m-tiles per warp, sharing each K
+//    and V fragment) where m_tiles() below finds them faster: M ≥ 64 and long splits.
 // 2. Split-KV. The key range [0, n_end) of each (batch, K/V head, row tile) is cut into S contiguous
-//    chunks, one thread block each: grid B·H_kv·⌈M/16⌉·S. A block computes ordinary attention of its
+//    chunks, one thread block each: grid B·H_kv·T_r·S (T_r row tiles). A block computes ordinary attention of its
 //    rows over its chunk, an (O_s, L_s) pair like any step's output, and writes it in fp32 to the
 //    workspace; a second kernel merges the S pairs with the logsumexp rule
 //        m = max_s L_s,   L = m + ln Σ_s e^{L_s − m},   O = Σ_s e^{L_s − L} O_s,
@@ -69,9 +69,9 @@ constexpr int kMaxSplits = 256;  // S is clamped to this (and to the number of w
 
 // kStages warp tiles of K and V per warp ring: 96 KiB of ring per block at d = 64 and 128, so two
 // blocks (8 warps, 2·4·(kStages − 1) tiles in flight) share an SM.
-// R: the row tile's m-tiles of B_r rows, 1 or 2. A group of more than 16 packed rows (MQA: G = 32 query
-// heads on one K/V head) is one tile of 32 rows, each warp multiplying both halves by the K and V
-// fragments it loaded once: the group's keys are read once, not once per 16 rows.
+// R: the row tile's m-tiles of B_r rows, 1 or 2. With R = 2 a tile of 32 rows has each warp multiply
+// both halves by the K and V fragments it loaded once: the keys are read by half as many blocks
+// (m_tiles() says where that pays).
 template <int d, int R = 1>
 struct Tiles {
   static constexpr int kStages = d <= 64 ? 6 : 3;
