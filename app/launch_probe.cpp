@@ -177,11 +177,13 @@ void* fake(int i) { return reinterpret_cast<void*>(uintptr_t(0x7f0000000000) + (
 int main() {
   using namespace fl;
   // Problems that reach every launch path of the ladder: square (causal and not), a decode problem
-  // (step 10's split-KV path and merge), and a long one (more splits, more blocks).
+  // (step 10's split-KV path and merge), a long one (more splits, more blocks), and MQA with 4 query
+  // rows (step 10's tiles of 32 rows: 128 packed rows, split).
   struct Shape {
     int64_t B, H, H_kv, Nq, Nk;
   };
-  const Shape shapes[] = {{2, 4, 2, 512, 512}, {1, 8, 2, 1, 32768}, {1, 8, 2, 4, 8192}, {1, 2, 1, 8192, 8192}};
+  const Shape shapes[] = {{2, 4, 2, 512, 512}, {1, 8, 2, 1, 32768}, {1, 8, 2, 4, 8192}, {1, 2, 1, 8192, 8192},
+                          {1, 32, 1, 4, 32768}};
   // The variants' template bits (softcap, ALiBi, per-sequence lengths; 09d's window) select kernels of
   // their own: each combination a step lists is probed too, so every instantiation's launch is recorded.
   // Bits: 1 softcap, 2 ALiBi, 4 variable length, 8 seqused_k (alone: the [B][H][N][d] layout with

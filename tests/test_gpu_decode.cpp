@@ -63,6 +63,11 @@ const std::vector<DecodeCase>& decode_cases() {
       {"gqa8_nq16_nk131072_causal", 1, 8, 1, 16, 131072, 128, true, DType::f16, 1.0},
       {"gqa4_nq1_nk131072", 1, 32, 8, 1, 131072, 128, false, DType::bf16, 1.0},
       {"mha_nq7_nk65536_causal", 1, 4, 4, 7, 65536, 64, true, DType::bf16, 1.0},
+      // Groups of 64 rows or more on long reads, where steps 10 and 10b take tiles of 32 rows (their
+      // m_tiles): MQA at d 64 in bf16 (128 rows, 4 tiles), and 72 rows whose last tile has 8, with
+      // Nq = 6 rows per head crossing the tiles' edges under the causal mask.
+      {"mqa32_nq4_nk32768_tiles_of_32_rows", 1, 32, 1, 4, 32768, 64, false, DType::bf16, 1.0},
+      {"gqa12_nq6_nk65536_causal_ragged_32_row_tiles", 1, 12, 1, 6, 65536, 128, true, DType::f16, 1.0},
   };
   return c;
 }
@@ -258,6 +263,34 @@ TEST(SplitKv, TheHeuristicSplitsSmallDecodeGridsOnly) {
   EXPECT_EQ(s->impl->workspace_bytes(prefill), 0u);
 }
 
+// Tiles of 32 rows (m_tiles): a group of 64 packed rows or more whose splits still read at least 1024
+// keys each gets ⌈M/32⌉ row tiles, and the splits that bring those few tiles to 90% of the SMs; a group
+// of 32 rows (MQA at Nq 1), or splits that would be short (Nk 8192), keeps 16-row tiles. Read from the
+// workspace (S = bytes / partial), so the test sees what the launch does.
+TEST(SplitKv, TakesTilesOf32RowsForLargeGroupsOnLongReadsOnly) {
+  FL_NEED_GPU();
+  const Step* s = step10();
+  ASSERT_TRUE(s) << "step 10 is not in this CUDA build";
+  const SplitsEnv env("");
+  std::string why;
+  const auto dev = gpu_device(&why);
+  ASSERT_TRUE(dev) << why;
+  if (dev->sm_count < 64 || dev->sm_count > 142)
+    GTEST_SKIP() << "the expectations below assume a GPU of 64 to 142 SMs (this one has " << dev->sm_count << ")";
+  for (auto [H_kv, Nq, Nk, rows] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 4, 131072, 32}, {1, 16, 131072, 32},
+                                    {2, 4, 131072, 32}, {1, 1, 131072, 16}, {1, 4, 8192, 16}, {8, 4, 131072, 16}}) {
+    const Problem p = decode_problem(1, H_kv, Nq, Nk);
+    const size_t per_split = size_t(p.lse_elems()) * size_t(p.d + 1) * 4;
+    const int64_t S = int64_t(s->impl->workspace_bytes(p) / per_split);
+    const int64_t tiles = H_kv * ((p.group() * Nq + rows - 1) / rows);
+    ASSERT_GT(S, 1) << p.describe() << ": not split";
+    EXPECT_GE(double(S * tiles), 0.9 * dev->sm_count) << p.describe() << ": S = " << S << " with tiles of " << rows << " rows";
+    EXPECT_LT(double((S - 1) * tiles), 0.9 * dev->sm_count) << p.describe() << ": S = " << S << " with tiles of " << rows << " rows";
+    if (rows == 32) EXPECT_GE(p.Nk / S, 1024) << p.describe() << ": S = " << S;
+    std::cout << "  " << p.describe() << ": tiles of " << rows << " rows, S = " << S << "\n";
+  }
+}
+
 // ---- The variants of a decode batch (issue 21) ------------------------------------------------------
 struct VariantDecodeCase {
   const char* name;
@@ -431,6 +464,11 @@ namespace fl::s10b {
 int splits(const Problem& p) __attribute__((weak));
 int clusters_at_once(int64_t d, int size) __attribute__((weak));
 bool uses_step10(const Problem& p) __attribute__((weak));
+int m_tiles(const Problem& p) __attribute__((weak));
+int64_t row_tiles(const Problem& p) __attribute__((weak));
+}
+namespace fl::s10 {
+int splits_for(const Problem& p, int R) __attribute__((weak));  // step 10's S with row tiles of 16R rows
 }
 
 namespace fl::test {
@@ -438,7 +476,10 @@ namespace {
 
 const Step* step10b() {
   const Step* s = find_step("10b");
-  return s && s->impl && fl::s10b::splits && fl::s10b::clusters_at_once && fl::s10b::uses_step10 ? s : nullptr;
+  return s && s->impl && fl::s10b::splits && fl::s10b::clusters_at_once && fl::s10b::uses_step10 &&
+                 fl::s10b::m_tiles && fl::s10b::row_tiles && fl::s10::splits_for
+             ? s
+             : nullptr;
 }
 
 // No workspace at any S where the cluster merge runs: the partials live in shared memory. And a bad
@@ -456,9 +497,11 @@ TEST(ClusterMerge, NeedsNoWorkspaceAndRefusesABadSplitsVariable) {
   EXPECT_NE(why.find("4x"), std::string::npos) << why;
 }
 
-// On the GPU: at most step 10's S and at most one cluster (16 on a GPU that schedules clusters of 16;
-// fewer where the clusters would not all be resident at once), at least 8 where step 10 splits as
-// much; unsplit where step 10 is; a forced S is clamped to the cluster too.
+// On the GPU: at most step 10's S with the same tiles (16 or 32 rows, m_tiles) and at most one cluster
+// (16 on a GPU that schedules clusters of 16; fewer where the clusters would not all be resident at
+// once), at least 8 where step 10 splits as much and there are at most 8 clusters (8 of the portable 8
+// blocks fit any Hopper GPU; 16 of them need not: 15 fit an H100); unsplit where step 10 is; a forced S
+// is clamped to the cluster too.
 TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
   FL_NEED_GPU();
   const Step* s10 = step10();
@@ -485,16 +528,18 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
                                  {1, 32, 4, 131072}, {1, 32, 1, 8192}, {1, 2, 1, 65536}, {1, 1, 16, 8192},
                                  {16, 8, 1, 32768}, {64, 32, 1, 1024}}) {
     const Problem p = decode_problem(B, H_kv, Nq, Nk);
-    const size_t per_split = size_t(p.lse_elems()) * size_t(p.d + 1) * 4;
-    const int64_t S10 = std::max<int64_t>(1, int64_t(s10->impl->workspace_bytes(p) / per_split));
+    const int R = fl::s10b::m_tiles(p);
+    EXPECT_TRUE(R == 1 || R == 2) << p.describe() << ": " << R;
+    const int64_t S10 = fl::s10::splits_for(p, R);
     const int S = fl::s10b::splits(p);
     EXPECT_GE(S, 1);
     EXPECT_LE(S, std::min<int64_t>(S10, most)) << p.describe();
-    if (S10 >= 8) EXPECT_GE(S, 8) << p.describe() << ": 8 clusters of the portable 8 blocks fit any Hopper GPU";
+    const int64_t tiles = B * H_kv * fl::s10b::row_tiles(p);  // clusters: one per row tile of a K/V head
+    EXPECT_EQ(fl::s10b::row_tiles(p), (p.group() * Nq + 16 * R - 1) / (16 * R)) << p.describe();
+    if (S10 >= 8 && tiles <= 8) EXPECT_GE(S, 8) << p.describe() << ": 8 clusters of the portable 8 blocks fit any Hopper GPU";
     if (S10 == 1) EXPECT_EQ(S, 1) << p.describe();
-    const int64_t tiles = B * H_kv * ((p.group() * Nq + 15) / 16);  // clusters: one per 16 packed rows of a K/V head
     if (S > 1) EXPECT_GE(fl::s10b::clusters_at_once(128, S), tiles) << p.describe() << ": every cluster resident at once";
-    std::cout << "  " << p.describe() << ": 10b S = " << S << " (10: " << S10 << ")"
+    std::cout << "  " << p.describe() << ": 10b S = " << S << " with tiles of " << 16 * R << " rows (10: " << S10 << ")"
               << (fl::s10b::uses_step10(p) ? ", runs step 10's kernels" : "") << "\n";
   }
   // Where 10b's clusters cannot read as fast as the memory and step 10 has more blocks, on a read of over

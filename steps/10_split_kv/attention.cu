@@ -14,9 +14,10 @@
 //    tile of M = G·Nq rows: in the layout [B][H][Nq][d] those rows are contiguous (rows r = h'·Nq + i
 //    of heads h_kv·G + h'), so the tile is a plain [M][d] block of Q, O and L. K/V are read once per
 //    group. A tile is B_r = 16 rows (the m of m16n8k16): decode has M = 1…16 (the sweep's shapes);
-//    larger M gets ⌈M/16⌉ row tiles.
+//    larger M gets ⌈M/16⌉ row tiles, or ⌈M/32⌉ tiles of 32 rows (two m-tiles per warp, sharing each K
+//    and V fragment) where m_tiles() below finds them faster: M ≥ 64 and long splits.
 // 2. Split-KV. The key range [0, n_end) of each (batch, K/V head, row tile) is cut into S contiguous
-//    chunks, one thread block each: grid B·H_kv·⌈M/16⌉·S. A block computes ordinary attention of its
+//    chunks, one thread block each: grid B·H_kv·T_r·S (T_r row tiles). A block computes ordinary attention of its
 //    rows over its chunk, an (O_s, L_s) pair like any step's output, and writes it in fp32 to the
 //    workspace; a second kernel merges the S pairs with the logsumexp rule
 //        m = max_s L_s,   L = m + ln Σ_s e^{L_s − m},   O = Σ_s e^{L_s − L} O_s,
@@ -60,7 +61,7 @@
 
 namespace fl::s10 {
 
-constexpr int B_r = 16;      // rows of a tile: the G·Nq packed query rows of one K/V head, padded to 16
+constexpr int B_r = 16;      // rows of an m-tile; a tile of the G·Nq packed query rows of one K/V head has 1 or 2 (Tiles::kRows)
 constexpr int B_w = 16;      // keys per warp tile (one k-step of P̃V, two n-tiles of S)
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
@@ -68,14 +69,18 @@ constexpr int kMaxSplits = 256;  // S is clamped to this (and to the number of w
 
 // kStages warp tiles of K and V per warp ring: 96 KiB of ring per block at d = 64 and 128, so two
 // blocks (8 warps, 2·4·(kStages − 1) tiles in flight) share an SM.
-template <int d>
+// R: the row tile's m-tiles of B_r rows, 1 or 2. With R = 2 a tile of 32 rows has each warp multiply
+// both halves by the K and V fragments it loaded once: the keys are read by half as many blocks
+// (m_tiles() says where that pays).
+template <int d, int R = 1>
 struct Tiles {
   static constexpr int kStages = d <= 64 ? 6 : 3;
+  static constexpr int kRows = R * B_r;                                    // rows of a tile
   static constexpr int kTileElems = B_w * d;                               // one K or V warp tile
   static constexpr int kRingElems = kWarps * kStages * 2 * kTileElems;     // every warp's K and V slots
-  static constexpr size_t kSmem = size_t(B_r * d + kRingElems) * 2;        // Q tile + rings (16-bit T)
+  static constexpr size_t kSmem = size_t(kRows * d + kRingElems) * 2;      // Q tile + rings (16-bit T)
   // After the loop the rings hold the warps' partial O (fp32, rows padded by 4 floats) and m, ℓ.
-  static constexpr size_t kMergeBytes = size_t(kWarps * B_r * (d + 4) + 2 * kWarps * B_r) * 4;
+  static constexpr size_t kMergeBytes = size_t(kWarps * kRows * (d + 4) + 2 * kWarps * kRows) * 4;
   static_assert(kMergeBytes <= size_t(kRingElems) * 2, "the merge buffers fit in the rings");
 };
 
@@ -116,24 +121,24 @@ __device__ __forceinline__ void wait_for_prerequisite_grid() {
 #endif
 }
 
-// One thread block: the rows [r0, r0 + 16) of the packed [M][d] tile of one (batch, K/V head), over
-// the key chunk of split s. Fragment names as in 08d: lane = 4·g + t holds rows g and g + 8 of the
-// tile and, in each 8-column n-tile, columns 2t and 2t + 1. Key and row-in-head indices are 32-bit
+// One thread block: the rows [r0, r0 + 16R) of the packed [M][d] tile of one (batch, K/V head), over
+// the key chunk of split s. Fragment names as in 08d: lane = 4·g + t holds rows g and g + 8 of each
+// m-tile and, in each 8-column n-tile, columns 2t and 2t + 1. Key and row-in-head indices are 32-bit
 // (limits() keeps Nq, Nk below 2^30); packed rows and tensor offsets are 64-bit.
 // S == 1: O and L are written directly (storage type, fp32). S > 1: the normalised partial O_s
 // (fp32) and L_s go to O_part [S][B·H·Nq][d] and L_part [S][B·H·Nq] for merge_kernel.
-template <class T, int d>
+template <class T, int d, int R>
 __global__ void __launch_bounds__(kThreads)
 attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                  T* __restrict__ O, float* __restrict__ L, float* __restrict__ O_part,
                  float* __restrict__ L_part, int64_t M, int Nq, int Nk, int64_t H_kv, int64_t T_r, int S,
                  int64_t rows_total, float scale, bool causal, const int32_t* __restrict__ seqused_k,
                  VariantArgs var) {
-  constexpr int kStages = Tiles<d>::kStages, kTileElems = Tiles<d>::kTileElems;
+  constexpr int kStages = Tiles<d, R>::kStages, kTileElems = Tiles<d, R>::kTileElems, kRows = Tiles<d, R>::kRows;
   const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
   extern __shared__ __align__(128) unsigned char smem[];
-  T* Q_s = reinterpret_cast<T*>(smem);  // Q tile: [B_r][d] in shared memory
-  T* ring = Q_s + B_r * d;              // [kWarps][kStages][K, V][B_w][d]: each warp's own slots
+  T* Q_s = reinterpret_cast<T*>(smem);  // Q tile: [kRows][d] in shared memory
+  T* ring = Q_s + kRows * d;            // [kWarps][kStages][K, V][B_w][d]: each warp's own slots
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -144,8 +149,8 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   const int s = int(blockIdx.x % S);
   const int64_t rest = blockIdx.x / S, bh = rest / T_r;  // bh = b·H_kv + h_kv
   const int64_t tile = causal ? T_r - 1 - rest % T_r : rest % T_r;
-  const int64_t r0 = tile * B_r;                                      // first packed row of the tile
-  const int rows_here = M - r0 < B_r ? int(M - r0) : B_r;             // rows of it that exist
+  const int64_t r0 = tile * kRows;                                    // first packed row of the tile
+  const int rows_here = M - r0 < kRows ? int(M - r0) : kRows;         // rows of it that exist
   const T* Q_g = Q + (bh * M + r0) * d;  // packed rows r = h'·Nq + i of heads h_kv·G + h': [rows_here][d]
   const T* K_g = K + bh * Nk * d;        // K: [Nk][d] of K/V head h_kv
   const T* V_g = V + bh * Nk * d;        // V: [Nk][d]
@@ -167,9 +172,9 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   const int i_max = wraps ? Nq - 1 : i_first + rows_here - 1, i_min = wraps ? 0 : i_first;
   const int n_begin = key_lo(i_min), n_end = key_hi(i_max);
   const int lo_max = key_lo(i_max), n_min = key_hi(i_min);
-  int first[2], last[2];  // this thread's rows g and g + 8 see keys [first, last); padded rows: all (never stored)
+  int first[2 * R], last[2 * R];  // this thread's rows g + 8rr see keys [first, last); padded rows: all (never stored)
 #pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
+  for (int rr = 0; rr < 2 * R; ++rr) {
     const int i = (i_first + g + 8 * rr) % Nq;
     first[rr] = g + 8 * rr < rows_here ? key_lo(i) : 0;
     last[rr] = g + 8 * rr < rows_here ? key_hi(i) : n_k;
@@ -192,7 +197,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
 
   // ---- Prologue: Q (the whole block), then each warp's first kStages − 1 tiles, one group each
   // (committed even when empty, so that group k + 1 is always tile k: the waits below count on it).
-  load_rows<T, d, B_r, kThreads>(Q_s, Q_g, rows_here, threadIdx.x);
+  load_rows<T, d, kRows, kThreads>(Q_s, Q_g, rows_here, threadIdx.x);
   mma::cp_async_commit();
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) {
@@ -202,17 +207,31 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   allow_dependent_launch();
   mma::cp_async_wait<kStages - 1>();  // this thread's part of Q has landed
   __syncthreads();                    // everyone's has
-  // Q's A fragments for all d/16 k-steps, kept in registers for the whole loop (08d's ldmatrix).
+  // Q's A fragments for all d/16 k-steps, kept in registers for the whole loop (08d's ldmatrix). With
+  // two m-tiles they are read from Q_s at every k-step instead: 64 more registers at d = 128 beside the
+  // second m-tile's O would spill (ptxas: 255 registers and 20 bytes of spills), and an ldmatrix from
+  // shared memory per mma costs no load from global memory.
   uint32_t q[d / 16][4];
+  if constexpr (R == 1) {
 #pragma unroll
-  for (int kk = 0; kk < d / 16; ++kk) mma::ldmatrix_x4(q[kk], Q_s + at<d>(lane % 16, 16 * kk + lane / 16 * 8));
+    for (int kk = 0; kk < d / 16; ++kk) mma::ldmatrix_x4(q[kk], Q_s + at<d>(lane % 16, 16 * kk + lane / 16 * 8));
+  }
 
-  float O_i[d / 8][4];  // the warp's unnormalised O over its keys: O_i[n][2rr+e] = O[g+8rr][8n+2t+e]
-  float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};  // running max (unscaled S), running sum
+  // The warp's unnormalised O over its keys: O_i[mt][n][2h+e] = O[16mt + g + 8h][8n + 2t + e]; the
+  // thread's row slots rr = 2mt + h (rows g + 8rr) carry the running max (unscaled S) and sum.
+  float O_i[R][d / 8][4];
+  float m_i[2 * R], l_i[2 * R];
 #pragma unroll
-  for (int n = 0; n < d / 8; ++n)
+  for (int rr = 0; rr < 2 * R; ++rr) {
+    m_i[rr] = -INFINITY;
+    l_i[rr] = 0.f;
+  }
 #pragma unroll
-    for (int e = 0; e < 4; ++e) O_i[n][e] = 0.f;
+  for (int mt = 0; mt < R; ++mt)
+#pragma unroll
+    for (int n = 0; n < d / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) O_i[mt][n][e] = 0.f;
 
   // ---- Main loop: the warp's tiles, kStages − 1 ahead in its own ring.
   for (int k = 0; k < n_mine; ++k) {
@@ -224,36 +243,55 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
     const T* V_s = K_s + kTileElems;                        // V_j: [B_w][d], swizzled
     const int j0 = (t_begin + warp + kWarps * k) * B_w;     // first key of the tile
 
-    // S_ij = Q K_jᵀ, unscaled: [16][16] in two n-tiles (08d's K fragments, one ldmatrix.x4 per k-step).
-    float S_ij[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    // S_ij = Q K_jᵀ, unscaled: [16R][16], each m-tile in two n-tiles (08d's K fragments, one
+    // ldmatrix.x4 per k-step, used by every m-tile).
+    float S_ij[R][2][4];
+#pragma unroll
+    for (int mt = 0; mt < R; ++mt)
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) S_ij[mt][n][e] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < d / 16; ++kk) {
       uint32_t kb[4];
       mma::ldmatrix_x4(kb, K_s + at<d>(lane % 8 + lane / 16 * 8, 16 * kk + lane / 8 % 2 * 8));
       const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
-      mma::mma_m16n8k16<T>(S_ij[0], q[kk], b0);
-      mma::mma_m16n8k16<T>(S_ij[1], q[kk], b1);
+#pragma unroll
+      for (int mt = 0; mt < R; ++mt) {
+        uint32_t qa[4];  // Q_i's A fragment of this m-tile and k-step
+        if constexpr (R == 1) {
+#pragma unroll
+          for (int x = 0; x < 4; ++x) qa[x] = q[kk][x];
+        } else {
+          mma::ldmatrix_x4(qa, Q_s + at<d>(B_r * mt + lane % 16, 16 * kk + lane / 16 * 8));
+        }
+        mma::mma_m16n8k16<T>(S_ij[mt][0], qa, b0);
+        mma::mma_m16n8k16<T>(S_ij[mt][1], qa, b1);
+      }
     }
 
     // Mask only tiles that need it: keys left of lo_max (the window's left edge of some row) or at or
     // past n_min (the causal or right edge of some row, or n_k).
     if (j0 < lo_max || j0 + B_w > n_min) {
 #pragma unroll
-      for (int rr = 0; rr < 2; ++rr)
+      for (int rr = 0; rr < 2 * R; ++rr)
 #pragma unroll
         for (int n = 0; n < 2; ++n)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int j = j0 + 8 * n + 2 * t + e;
-            if (j >= last[rr] || j < first[rr]) S_ij[n][2 * rr + e] = -INFINITY;
+            if (j >= last[rr] || j < first[rr]) S_ij[rr / 2][n][2 * (rr % 2) + e] = -INFINITY;
           }
     }
 
-    // Online softmax in base 2, exactly 08d's (see there for m_sub and __fmul_rn).
+    // Online softmax in base 2, exactly 08d's (see there for m_sub and __fmul_rn), row slot by row slot.
 #pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      float m_new = fmaxf(m_i[rr], fmaxf(fmaxf(S_ij[0][2 * rr], S_ij[0][2 * rr + 1]),
-                                         fmaxf(S_ij[1][2 * rr], S_ij[1][2 * rr + 1])));
+    for (int rr = 0; rr < 2 * R; ++rr) {
+      float(&S_m)[2][4] = S_ij[rr / 2];  // the slot's m-tile; its elements 2h, 2h + 1 (h = rr % 2)
+      const int h = rr % 2;
+      float m_new = fmaxf(m_i[rr], fmaxf(fmaxf(S_m[0][2 * h], S_m[0][2 * h + 1]),
+                                         fmaxf(S_m[1][2 * h], S_m[1][2 * h + 1])));
       m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
       m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
       const float m_sub = m_new == -INFINITY ? 0.f : __fmul_rn(m_new, scale_log2);
@@ -264,29 +302,38 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
       for (int n = 0; n < 2; ++n)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          float& x = S_ij[n][2 * rr + e];
+          float& x = S_m[n][2 * h + e];
           x = mma::exp2_approx(fmaf(x, scale_log2, -m_sub));
           rowsum += x;
         }
       l_i[rr] = alpha * l_i[rr] + rowsum;
 #pragma unroll
       for (int n = 0; n < d / 8; ++n) {
-        O_i[n][2 * rr] *= alpha;
-        O_i[n][2 * rr + 1] *= alpha;
+        O_i[rr / 2][n][2 * h] *= alpha;
+        O_i[rr / 2][n][2 * h + 1] *= alpha;
       }
     }
 
     // O_i += P̃_ij V_j: one k-step of 16 keys, P̃ from the accumulators (08d's A layout), V_j by
-    // ldmatrix.trans, two n-tiles per x4.
-    const uint32_t a[4] = {mma::pack2<T>(S_ij[0][0], S_ij[0][1]), mma::pack2<T>(S_ij[0][2], S_ij[0][3]),
-                           mma::pack2<T>(S_ij[1][0], S_ij[1][1]), mma::pack2<T>(S_ij[1][2], S_ij[1][3])};
+    // ldmatrix.trans, two n-tiles per x4, used by every m-tile.
+    uint32_t a[R][4];
+#pragma unroll
+    for (int mt = 0; mt < R; ++mt) {
+      a[mt][0] = mma::pack2<T>(S_ij[mt][0][0], S_ij[mt][0][1]);
+      a[mt][1] = mma::pack2<T>(S_ij[mt][0][2], S_ij[mt][0][3]);
+      a[mt][2] = mma::pack2<T>(S_ij[mt][1][0], S_ij[mt][1][1]);
+      a[mt][3] = mma::pack2<T>(S_ij[mt][1][2], S_ij[mt][1][3]);
+    }
 #pragma unroll
     for (int n = 0; n < d / 16; ++n) {
       uint32_t vb[4];
       mma::ldmatrix_x4_trans(vb, V_s + at<d>(lane % 16, 16 * n + lane / 16 * 8));
       const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
-      mma::mma_m16n8k16<T>(O_i[2 * n], a, b0);
-      mma::mma_m16n8k16<T>(O_i[2 * n + 1], a, b1);
+#pragma unroll
+      for (int mt = 0; mt < R; ++mt) {
+        mma::mma_m16n8k16<T>(O_i[mt][2 * n], a[mt], b0);
+        mma::mma_m16n8k16<T>(O_i[mt][2 * n + 1], a[mt], b1);
+      }
     }
   }
   mma::cp_async_wait<0>();  // no copy outlives the loop (the trailing groups are empty)
@@ -297,19 +344,20 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   // A warp that saw no key for a row has m_w = −∞, ℓ_w = 0, O_w = 0, so f_w = 0; if no warp saw one,
   // m_sub is 0 instead of −∞ (no −∞ − −∞) and ℓ = 0: O = 0, and L = +∞ (S = 1) or −∞ (a partial:
   // weight e^{−∞} = 0 in the merge kernel).
-  float* O_w = reinterpret_cast<float*>(ring);  // [kWarps][B_r][d + 4] (4 floats of padding per row)
-  float* m_w = O_w + kWarps * B_r * (d + 4);    // [kWarps][B_r]
-  float* l_w = m_w + kWarps * B_r;              // [kWarps][B_r]
+  float* O_w = reinterpret_cast<float*>(ring);  // [kWarps][kRows][d + 4] (4 floats of padding per row)
+  float* m_w = O_w + kWarps * kRows * (d + 4);  // [kWarps][kRows]
+  float* l_w = m_w + kWarps * kRows;            // [kWarps][kRows]
   __syncthreads();  // every warp is done with its ring
 #pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
+  for (int rr = 0; rr < 2 * R; ++rr) {
     float l = l_i[rr];
     l += __shfl_xor_sync(0xffffffffu, l, 1);  // the quad's partial sums: the warp's ℓ of the row
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int row = warp * B_r + g + 8 * rr;
+    const int row = warp * kRows + g + 8 * rr, h = rr % 2;
 #pragma unroll
     for (int n = 0; n < d / 8; ++n)
-      *reinterpret_cast<float2*>(O_w + row * (d + 4) + 8 * n + 2 * t) = make_float2(O_i[n][2 * rr], O_i[n][2 * rr + 1]);
+      *reinterpret_cast<float2*>(O_w + row * (d + 4) + 8 * n + 2 * t) =
+          make_float2(O_i[rr / 2][n][2 * h], O_i[rr / 2][n][2 * h + 1]);
     if (t == 0) {
       m_w[row] = m_i[rr];
       l_w[row] = l;
@@ -318,20 +366,20 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   __syncthreads();
   const int64_t row_g = bh * M + r0;  // flat row (b·H + h)·Nq + i of the tile's first row
   constexpr int kC = d / 4;           // 4-column chunks per row
-  for (int c = threadIdx.x; c < B_r * kC; c += kThreads) {
+  for (int c = threadIdx.x; c < kRows * kC; c += kThreads) {
     const int row = c / kC, col = c % kC * 4;
     if (row >= rows_here) break;  // rows grow with c: the rest are padding too
     float m = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, m_w[w * B_r + row]);
+    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, m_w[w * kRows + row]);
     const float m_sub = m == -INFINITY ? 0.f : __fmul_rn(m, scale_log2);
     float l = 0.f;
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      const float f = mma::exp2_approx(__fmul_rn(m_w[w * B_r + row], scale_log2) - m_sub);
-      const float4 x = *reinterpret_cast<const float4*>(O_w + (w * B_r + row) * (d + 4) + col);
-      l = fmaf(f, l_w[w * B_r + row], l);
+      const float f = mma::exp2_approx(__fmul_rn(m_w[w * kRows + row], scale_log2) - m_sub);
+      const float4 x = *reinterpret_cast<const float4*>(O_w + (w * kRows + row) * (d + 4) + col);
+      l = fmaf(f, l_w[w * kRows + row], l);
       o = make_float4(fmaf(f, x.x, o.x), fmaf(f, x.y, o.y), fmaf(f, x.z, o.z), fmaf(f, x.w, o.w));
     }
     const float inv_l = l > 0.f ? 1.f / l : 0.f;
@@ -405,7 +453,7 @@ DeviceFacts device_facts() {
   static std::mutex mu;
   static DeviceFacts cache[64];
   static bool known[64] = {};
-  constexpr int smem = int(Tiles<d>::kSmem);
+  constexpr int smem = int(Tiles<d>::kSmem), smem2 = int(Tiles<d, 2>::kSmem);
   int dev = 0;
   std::lock_guard<std::mutex> lock(mu);
   if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 && known[dev]) return cache[dev];
@@ -415,11 +463,15 @@ DeviceFacts device_facts() {
       cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 &&
       cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
       cudaDeviceGetAttribute(&f.major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-      cudaFuncSetAttribute(attention_kernel<__half, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+      cudaFuncSetAttribute(attention_kernel<__half, d, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
           cudaSuccess &&
-      cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+      cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
           cudaSuccess &&
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, attention_kernel<__half, d>, kThreads, smem) ==
+      cudaFuncSetAttribute(attention_kernel<__half, d, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2) ==
+          cudaSuccess &&
+      cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2) ==
+          cudaSuccess &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, attention_kernel<__half, d, 1>, kThreads, smem) ==
           cudaSuccess;
   if (!ok) {
     cudaGetLastError();  // no usable device: the runner reports that (and a launch would, checked)
@@ -462,8 +514,8 @@ int64_t keys_visited(const Problem& p) {
 //    already streams at the copy's rate: run 46 (H100, --decode-splits) found S = 16, 4 and 1 fastest for
 //    8, 32 and 128 unsplit blocks. The first rule, which filled every block slot (2 per SM) to the last
 //    wave, took S = 29–30, 8 and 2 there: up to 16% slower (README.md, "How many splits").
-int splits(const Problem& p) {
-  const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, B_r);
+int splits_for(const Problem& p, int R) {  // with row tiles of 16R rows
+  const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, int64_t(B_r) * R);
   const int64_t keys = keys_visited(p);
   const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(kMaxSplits, ceil_div<int64_t>(keys, B_w)));
   const int64_t asked = requested_splits();
@@ -477,6 +529,22 @@ int splits(const Problem& p) {
   if (blocks >= target) return 1;
   return int(std::min<int64_t>(s_max, int64_t(std::ceil(target / blocks))));
 }
+
+// The m-tiles of a row tile (Tiles): 2, tiles of 32 rows, where run 104 timed them faster, else 1.
+// Run 104 (H100, B 1, H 32, H_kv 1, 2 and 8, Nq 1–16, Nk 8192–131072, d 128; both kinds of tile in
+// one run, docs/results/…-run104-*): with 32-row tiles each key is read by half as many blocks, but
+// the rule above then doubles the splits to keep the blocks. That won 1.15–1.68× where the group had
+// 64 rows or more and the splits kept at least 1024 keys each (at Nk 131072 every such point, 1.27–1.68×;
+// MQA at Nq 4: 106.5–106.9 → 70.0 µs), and 0.89–1.03× where they did not (512 or 546 keys per split;
+// at Nk 8192 the 512-key floor halves the blocks); with 32 rows 0.84–0.97× (H_kv 1, Nq 1: 47.5 →
+// 56.5 µs at Nk 131072, with 119 splits against 60), except 1.04× at two Nk 131072 points.
+// Grids that need no split (B ≥ 16) keep 16-row tiles: not measured there.
+int m_tiles(const Problem& p) {
+  if (p.group() * p.Nq < 64 || splits_for(p, 1) == 1) return 1;
+  return keys_visited(p) / splits_for(p, 2) >= 1024 ? 2 : 1;
+}
+int64_t row_tiles(const Problem& p) { return ceil_div<int64_t>(p.group() * p.Nq, int64_t(B_r) * m_tiles(p)); }
+int splits(const Problem& p) { return splits_for(p, m_tiles(p)); }
 
 size_t workspace_bytes(const Problem& p) {
   const int64_t S = splits(p);
@@ -494,10 +562,10 @@ std::string limits(const Problem& p) {
   } catch (const Error& e) {
     return e.what();
   }
-  const int64_t T_r = ceil_div<int64_t>(p.group() * p.Nq, B_r);
+  const int64_t T_r = row_tiles(p);
   const int64_t blocks = p.B * p.H_kv * T_r * S;
   if (blocks > INT_MAX)
-    return "this step launches one thread block per (16 packed query rows, batch, K/V head, split): " +
+    return "this step launches one thread block per (16 or 32 packed query rows, batch, K/V head, split): " +
            std::to_string(blocks) + " blocks (S = " + std::to_string(S) + ") exceed the grid limit 2^31 − 1";
   if (S > 1 && ceil_div<int64_t>(p.lse_elems(), 4) > INT_MAX)
     return "this step's merge kernel takes 4 rows per block: " + std::to_string(p.lse_elems()) +
@@ -508,19 +576,28 @@ std::string limits(const Problem& p) {
 template <class T, int d>
 void launch(const Problem& p, const ForwardArgs& a) {
   const DeviceFacts f = device_facts<d>();  // also sets the kernel's shared-memory attribute
-  if (f.sms == 0)  // the query failed: set the attribute here, so that the failure is reported
-    FL_CUDA(cudaFuncSetAttribute(attention_kernel<T, d>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  if (f.sms == 0) {  // the query failed: set the attributes here, so that the failure is reported
+    FL_CUDA(cudaFuncSetAttribute(attention_kernel<T, d, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  int(Tiles<d>::kSmem)));
+    FL_CUDA(cudaFuncSetAttribute(attention_kernel<T, d, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 int(Tiles<d, 2>::kSmem)));
+  }
   if (!p.seqused_k.empty() && !a.seqused_k) throw Error("seqused_k needs its device copy: the call passed none");
   const int S = splits(p);
-  const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, B_r), rows_total = p.lse_elems();
+  const int64_t M = p.group() * p.Nq, T_r = row_tiles(p), rows_total = p.lse_elems();
   const auto stream = static_cast<cudaStream_t>(a.stream);
   float* O_part = S > 1 ? static_cast<float*>(a.workspace) : nullptr;
   float* L_part = S > 1 ? O_part + size_t(S) * size_t(rows_total) * size_t(d) : nullptr;
-  attention_kernel<T, d><<<dim3(unsigned(p.B * p.H_kv * T_r * S)), dim3(kThreads), Tiles<d>::kSmem, stream>>>(
-      static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
-      a.lse, O_part, L_part, M, int(p.Nq), int(p.Nk), p.H_kv, T_r, S, rows_total, float(p.softmax_scale()), p.causal,
-      p.seqused_k.empty() ? nullptr : a.seqused_k, VariantArgs::of(p, a.alibi_slopes, nullptr, nullptr, a.seqused_k));
+  auto split = [&](auto kernel, size_t smem) {  // the split kernel with 16- or 32-row tiles
+    kernel<<<dim3(unsigned(p.B * p.H_kv * T_r * S)), dim3(kThreads), smem, stream>>>(
+        static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
+        a.lse, O_part, L_part, M, int(p.Nq), int(p.Nk), p.H_kv, T_r, S, rows_total, float(p.softmax_scale()), p.causal,
+        p.seqused_k.empty() ? nullptr : a.seqused_k, VariantArgs::of(p, a.alibi_slopes, nullptr, nullptr, a.seqused_k));
+  };
+  if (m_tiles(p) == 2)
+    split(attention_kernel<T, d, 2>, Tiles<d, 2>::kSmem);
+  else
+    split(attention_kernel<T, d, 1>, Tiles<d>::kSmem);
   FL_CUDA(cudaGetLastError());
   if (S == 1) return;
   cudaLaunchConfig_t cfg = {};
