@@ -396,46 +396,76 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   }
 }
 
-// The merge of the S partials of one row (one warp per row of [B·H·Nq]), the logsumexp rule:
+// The merge of the S partials of one row (one block per row of [B·H·Nq]), the logsumexp rule:
 //   m = max_s L_s,   ℓ = Σ_s e^{L_s − m},   L = m + ln ℓ,
 //   O = Σ_s e^{L_s − L} O_s = Σ_s (e^{L_s − m}/ℓ) O_s.
 // A split that saw no key of the row has L_s = −∞ and weight e^{−∞ − m} = 0. If every L_s is −∞ the
 // row saw no key at all: m − m would be NaN, so that case is decided first: O = 0, L = +∞.
+// The block's threads read the S partials side by side: thread (group, c) sums the 4 columns c of the
+// splits s ≡ group (mod kMergeGroups), and the groups' sums are added in shared memory. One warp per
+// row, each lane reading its columns of split after split, was this kernel first: at B 1, H 32,
+// H_kv 1, Nq 1 (32 rows, S = 60) the call ended ~16 µs after the split kernel's 31.7 µs, where cuDNN's
+// reduction takes 4.0 (run 106, H100, scripts/kernel_times.py --decode): 60 loads in turn per lane.
+constexpr int kMergeThreads = 256;
 template <class T, int d>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(kMergeThreads)
 merge_kernel(const float* __restrict__ O_part, const float* __restrict__ L_part, T* __restrict__ O,
              float* __restrict__ L, int S, int64_t rows_total) {
+  constexpr int kChunks = d / 4;                          // 4-column pieces of a row: 32 at d = 128
+  constexpr int kGroups = kMergeThreads / kChunks;        // splits read side by side: 8 at d = 128, 16 at 64
+  __shared__ float w_s[kMaxSplits];                       // e^{L_s − m}: [S]
+  __shared__ float4 sum_s[kGroups][kChunks];              // each group's Σ_s e^{L_s − m} O_s
+  __shared__ float red_s[kMergeThreads / 32];             // one value per warp (the block's max, then sum)
   wait_for_prerequisite_grid();  // the partials are the split kernel's: wait for all of them
-  const int lane = threadIdx.x % 32;
-  const int64_t R = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;  // this warp's row
-  if (R >= rows_total) return;  // whole warps: the shuffles below see all 32 lanes
-  // LAB:BEGIN the logsumexp merge of row R's S partials (O_s in O_part, L_s in L_part, [S][rows_total](×d)), one warp per row: m = max_s L_s (lanes stride over s, then shuffles), ℓ = Σ_s e^{L_s − m}, L = m + ln ℓ, O = Σ_s (e^{L_s − m}/ℓ) O_s stored as T; a row no split saw (every L_s = −∞) gets O = 0, L = +∞ without computing −∞ − (−∞)
-  float m = -INFINITY;
-  for (int s = lane; s < S; s += 32) m = fmaxf(m, L_part[s * rows_total + R]);
+  const int64_t R = blockIdx.x;  // this block's row
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  auto block_reduce = [&](float x, auto op) {  // op over the block's threads, returned to every thread
 #pragma unroll
-  for (int x = 16; x > 0; x /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, x));
+    for (int k = 16; k > 0; k /= 2) x = op(x, __shfl_xor_sync(0xffffffffu, x, k));
+    __syncthreads();  // red_s is free (a previous reduction's readers are done)
+    if (lane == 0) red_s[warp] = x;
+    __syncthreads();
+    x = red_s[0];
+#pragma unroll
+    for (int w = 1; w < kMergeThreads / 32; ++w) x = op(x, red_s[w]);
+    return x;
+  };
+  // LAB:BEGIN the logsumexp merge of row R's S partials (O_s in O_part, L_s in L_part, [S][rows_total](×d)), one block per row: m = max_s L_s (threads stride over s; block_reduce with fmaxf), the weights e^{L_s − m} into w_s and ℓ = their sum (block_reduce with +), then thread (group, c) sums e^{L_s − m} O_s over the 4 columns c and the splits s ≡ group (mod kGroups) into sum_s, and the first kChunks threads add the groups: O = (Σ)/ℓ stored as T, L = m + ln ℓ; a row no split saw (every L_s = −∞) gets O = 0, L = +∞ without computing −∞ − (−∞)
+  float m = -INFINITY;
+  for (int s = tid; s < S; s += kMergeThreads) m = fmaxf(m, L_part[s * rows_total + R]);
+  m = block_reduce(m, [](float a, float b) { return fmaxf(a, b); });
   T* O_g = O + R * d;
-  if (m == -INFINITY) {  // no split saw a key of this row
-    for (int c = lane; c < d / 4; c += 32)
-      *reinterpret_cast<uint2*>(O_g + 4 * c) = make_uint2(mma::pack2<T>(0.f, 0.f), mma::pack2<T>(0.f, 0.f));
-    if (lane == 0) L[R] = INFINITY;
+  if (m == -INFINITY) {  // no split saw a key of this row (m is the block's: every thread returns here)
+    if (tid < kChunks)
+      *reinterpret_cast<uint2*>(O_g + 4 * tid) = make_uint2(mma::pack2<T>(0.f, 0.f), mma::pack2<T>(0.f, 0.f));
+    if (tid == 0) L[R] = INFINITY;
     return;
   }
   float l = 0.f;
-  for (int s = lane; s < S; s += 32) l += expf(L_part[s * rows_total + R] - m);
-#pragma unroll
-  for (int x = 16; x > 0; x /= 2) l += __shfl_xor_sync(0xffffffffu, l, x);
-  const float inv_l = 1.f / l;  // l >= 1: the split with L_s = m contributes e^0
-  for (int c = lane; c < d / 4; c += 32) {
-    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s = 0; s < S; ++s) {
-      const float w = expf(L_part[s * rows_total + R] - m) * inv_l;
-      const float4 x = *reinterpret_cast<const float4*>(O_part + (s * rows_total + R) * d + 4 * c);
-      o = make_float4(fmaf(w, x.x, o.x), fmaf(w, x.y, o.y), fmaf(w, x.z, o.z), fmaf(w, x.w, o.w));
-    }
-    *reinterpret_cast<uint2*>(O_g + 4 * c) = make_uint2(mma::pack2<T>(o.x, o.y), mma::pack2<T>(o.z, o.w));
+  for (int s = tid; s < S; s += kMergeThreads) {
+    w_s[s] = expf(L_part[s * rows_total + R] - m);
+    l += w_s[s];
   }
-  if (lane == 0) L[R] = m + logf(l);
+  l = block_reduce(l, [](float a, float b) { return a + b; });  // its barriers also publish w_s
+  const int group = tid / kChunks, c = tid % kChunks;
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+  for (int s = group; s < S; s += kGroups) {
+    const float w = w_s[s];
+    const float4 x = *reinterpret_cast<const float4*>(O_part + (s * rows_total + R) * d + 4 * c);
+    o = make_float4(fmaf(w, x.x, o.x), fmaf(w, x.y, o.y), fmaf(w, x.z, o.z), fmaf(w, x.w, o.w));
+  }
+  sum_s[group][c] = o;
+  __syncthreads();
+  if (tid < kChunks) {
+    const float inv_l = 1.f / l;  // l >= 1: the split with L_s = m contributes e^0
+    float4 t = sum_s[0][tid];
+#pragma unroll
+    for (int k = 1; k < kGroups; ++k) t = make_float4(t.x + sum_s[k][tid].x, t.y + sum_s[k][tid].y, t.z + sum_s[k][tid].z, t.w + sum_s[k][tid].w);
+    *reinterpret_cast<uint2*>(O_g + 4 * tid) =
+        make_uint2(mma::pack2<T>(t.x * inv_l, t.y * inv_l), mma::pack2<T>(t.z * inv_l, t.w * inv_l));
+  }
+  if (tid == 0) L[R] = m + logf(l);
   // LAB:END
 }
 
@@ -567,8 +597,8 @@ std::string limits(const Problem& p) {
   if (blocks > INT_MAX)
     return "this step launches one thread block per (16 or 32 packed query rows, batch, K/V head, split): " +
            std::to_string(blocks) + " blocks (S = " + std::to_string(S) + ") exceed the grid limit 2^31 − 1";
-  if (S > 1 && ceil_div<int64_t>(p.lse_elems(), 4) > INT_MAX)
-    return "this step's merge kernel takes 4 rows per block: " + std::to_string(p.lse_elems()) +
+  if (S > 1 && p.lse_elems() > INT_MAX)
+    return "this step's merge kernel takes one row per block: " + std::to_string(p.lse_elems()) +
            " rows exceed the grid limit 2^31 − 1 blocks";
   return "";
 }
@@ -601,8 +631,8 @@ void launch(const Problem& p, const ForwardArgs& a) {
   FL_CUDA(cudaGetLastError());
   if (S == 1) return;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(ceil_div<int64_t>(rows_total, 4)));
-  cfg.blockDim = dim3(128);
+  cfg.gridDim = dim3(unsigned(rows_total));
+  cfg.blockDim = dim3(kMergeThreads);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
   cudaLaunchAttribute pdl[1];
