@@ -612,12 +612,14 @@ int splits(const Problem& p) { return splits_for(p, m_tiles(p)); }
 // is the limit (run 94, H100: B 1, H_kv 1, Nq 4, Nk 131072, 72 blocks), and the copy moves 3.0 TB/s:
 // it takes ~62 blocks to keep up with the memory. Every K/V byte is read by the T_r row tiles of its
 // head, so 10b needs min(SMs, 62·T_r) blocks; with fewer (B 1 and H_kv ≤ 2 at Nq 1; H_kv ≤ 4 at Nq 4)
-// step 10's extra blocks win once the read is long. Run 94, 10b against step 10: H_kv 1, Nq 1 0.53× at
-// Nk 131072 (8192 keys per split), 0.95× at 32768 (2048 keys), 1.25× at 8192; H_kv 1-4, Nq 4 0.69-0.74×
-// at 131072, 0.82-0.86× at 32768 (3641 keys), 1.05-1.06× at 8192. So where 10b's blocks are fewer than
-// that, step 10 has more, and each split would read over 2048 keys, 10b runs step 10's kernels (and
-// reports their workspace) — unless FLASHLADDER_SPLITS asks for a number of splits, which always means
-// 10b's own clusters (README.md, "Where the clusters cannot read fast enough").
+// step 10's extra blocks win once the splits are long enough. Run 107 (H100, B 1, H 32, d 128, step
+// 10 with its merge kernel of one block per row), 10b's own clusters against step 10: H_kv 1 and 2,
+// Nq 1 1.03-1.07× at Nk 8192 (512 keys per split), 0.59-0.74× at 32768 (2048); Nq 4 0.89× at 8192
+// (910 keys), 0.72-0.73× at 32768. (Run 94, before that merge kernel, had put the line at 2048 keys.)
+// So where 10b's blocks are fewer than that, step 10 has more, and each split would read over 512
+// keys, 10b runs step 10's kernels (and reports their workspace) — unless FLASHLADDER_SPLITS asks for
+// a number of splits, which always means 10b's own clusters (README.md, "Where the clusters cannot
+// read fast enough").
 constexpr int64_t kBlocksPerMemory = 62;
 
 bool uses_step10(const Problem& p) {
@@ -625,7 +627,7 @@ bool uses_step10(const Problem& p) {
   const int64_t S = splits(p), S10 = fl::s10::splits(p);
   const int64_t T_r = row_tiles(p), tiles = p.B * p.H_kv * T_r;
   const int64_t needed = std::min<int64_t>(facts_for(p.d).sms, kBlocksPerMemory * T_r);
-  return S10 > S && tiles * S < needed && keys_visited(p) / S > 2048;
+  return S10 > S && tiles * S < needed && keys_visited(p) / S > 512;
 }
 
 size_t workspace_bytes(const Problem& p) {  // 0: the partials live in the cluster's shared memory
