@@ -598,7 +598,8 @@ int splits_for(const Problem& p, int R) {  // with row tiles of 16R rows
 // MQA at Nq 4: 106.5–106.9 → 70.0 µs), and 0.89–1.03× where they did not (512 or 546 keys per split;
 // at Nk 8192 the 512-key floor halves the blocks); with 32 rows 0.84–0.97× (H_kv 1, Nq 1: 47.5 →
 // 56.5 µs at Nk 131072, with 119 splits against 60), except 1.04× at two Nk 131072 points.
-// Grids that need no split (B ≥ 16) keep 16-row tiles: not measured there.
+// Grids that need no split (B ≥ 16) keep 16-row tiles: not measured there. (Run 104 timed step 10's
+// kernels; here the rule reads this step's splits, and its points mostly run step 10's: uses_step10.)
 int m_tiles(const Problem& p) {
   if (p.group() * p.Nq < 64 || splits_for(p, 1) == 1) return 1;
   return keys_visited(p) / splits_for(p, 2) >= 1024 ? 2 : 1;
