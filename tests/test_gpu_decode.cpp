@@ -546,14 +546,15 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
   // 512 keys per split, 10b runs step 10's kernels, with step 10's workspace: B 1, H_kv 1, Nq 1 (2
   // tiles of 16 rows, S = 16 against step 10's 60) at Nk 32768 and 131072, not at 8192 (512 keys per
   // split); H_kv 1, Nq 4 (8 row tiles of 16 reading one K/V head, S = 9; at 32768, 4 tiles of 32, S = 16)
-  // at 8192 and 32768, not at 4096. Where 10b streams on enough blocks (H_kv 8, Nq 1 and 4: 72; H_kv 32:
-  // 96) only on reads of over 8192 keys per split: H_kv 8 at 131072 (S = 9), not at 32768; H_kv 32
-  // (S = 3) at 32768, not at 8192. Never when FLASHLADDER_SPLITS asks for a number.
+  // at 8192 and 32768, not at 4096. Where 10b streams on enough blocks (H_kv 4, Nq 1: 64; H_kv 8, Nq 1
+  // and 4: 72; H_kv 32: 96) only on reads of 8192 keys per split or more: H_kv 4 at 131072 (S = 16), not
+  // at 32768; H_kv 8 at 131072 (S = 9), not at 32768; H_kv 32 (S = 3) at 32768, not at 8192. Never when
+  // FLASHLADDER_SPLITS asks for a number.
   const Step* s10b = step10b();
   for (auto [H_kv, Nq, Nk, runs10] : {std::tuple<int64_t, int64_t, int64_t, bool>{1, 1, 131072, true}, {1, 1, 32768, true},
                                       {1, 1, 8192, false}, {1, 4, 32768, true}, {1, 4, 8192, true}, {1, 4, 4096, false},
                                       {2, 1, 131072, true}, {8, 1, 131072, true}, {8, 4, 131072, true}, {8, 1, 32768, false},
-                                      {32, 1, 32768, true}, {32, 4, 8192, false}}) {
+                                      {4, 1, 131072, true}, {4, 1, 32768, false}, {32, 1, 32768, true}, {32, 4, 8192, false}}) {
     const Problem p = decode_problem(1, H_kv, Nq, Nk);
     if (most != 16) {  // the S above are those of a GPU that schedules clusters of 16 (H100, H200)
       std::cout << "  " << p.describe() << ": which kernels run not checked (largest cluster " << most << ", not 16)\n";

@@ -619,9 +619,10 @@ int splits(const Problem& p) { return splits_for(p, m_tiles(p)); }
 // (910 keys), 0.72-0.73× at 32768. (Run 94, before that merge kernel, had put the line at 2048 keys.)
 // So where 10b's blocks are fewer than that, step 10 has more, and each split would read over 512
 // keys, 10b runs step 10's kernels (and reports their workspace). And where each split would read
-// over 8192 keys whatever the blocks: the merge that 10b saves is then a fixed cost under 2% of the
-// call, and step 10's extra blocks read 1-2% faster (runs 95 and 107, H100, B 1, H_kv 32, S 3 against
-// 4: 0.98-0.99× at Nk 32768 and 131072; H_kv 8, S 9 against 15: 0.99-1.00× at 131072 in run 107).
+// 8192 keys or more whatever the blocks: the merge that 10b saves is then a fixed cost under 2% of the
+// call, and step 10's extra blocks read 1-5% faster (runs 95 and 107, H100, B 1, H_kv 32, S 3 against
+// 4: 0.98-0.99× at Nk 32768 and 131072; H_kv 8, S 9 against 15: 0.99-1.00× at 131072 in run 107;
+// run 112: H_kv 4, Nq 1, S 16 against 30, 0.95× at 131072, 8192 keys per split, and 1.02× at 32768).
 // Unless FLASHLADDER_SPLITS asks for a number of splits, which always means 10b's own clusters
 // (README.md, "Where the clusters cannot read fast enough").
 constexpr int64_t kBlocksPerMemory = 62;
@@ -632,7 +633,7 @@ bool uses_step10(const Problem& p) {
   const int64_t T_r = row_tiles(p), tiles = p.B * p.H_kv * T_r;
   const int64_t needed = std::min<int64_t>(facts_for(p.d).sms, kBlocksPerMemory * T_r);
   const int64_t per_split = keys_visited(p) / S;
-  return S10 > S && per_split > 512 && (tiles * S < needed || per_split > 8192);
+  return S10 > S && per_split > 512 && (tiles * S < needed || per_split >= 8192);
 }
 
 size_t workspace_bytes(const Problem& p) {  // 0: the partials live in the cluster's shared memory
