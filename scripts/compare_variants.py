@@ -28,7 +28,7 @@ import warnings
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import compare_torch as ct  # noqa: E402  (load, Ours, time_launches, DTYPES)
+import compare_torch as ct  # noqa: E402  (load, Ours, time_launches, DTYPES, record_commit)
 import fl_results as flr  # noqa: E402  (record_flops: the program's FLOP count)
 import variants_torch as vt  # noqa: E402
 
@@ -93,7 +93,7 @@ def main():
     lib = load(args.lib)
     props = torch.cuda.get_device_properties(0)
     env = {"device": props.name, "sm_count": props.multi_processor_count, "cuda": torch.version.cuda,
-           "commit": os.environ.get("FLASHLADDER_COMMIT") or "unknown", "torch": torch.__version__,
+           "commit": os.environ.get("FLASHLADDER_COMMIT") or ct.record_commit(), "torch": torch.__version__,
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "suite": "compare_variants"}
     try:
