@@ -31,8 +31,8 @@
 // all the clusters are resident at once (cudaOccupancyMaxActiveClusters): on an H100, S = 9 at B 1,
 // H_kv 8 (72 SMs stream, against step 10's 120 blocks). Fewer SMs stream, nothing waits for a grid:
 // 10b is faster where the read is short and ties where it is long (README.md, "Measured"). Where so
-// few blocks cannot read as fast as the memory (one or two K/V heads at B 1), 10b calls step 10's
-// kernels instead (uses_step10, below).
+// few blocks cannot read as fast as the memory (one or two K/V heads at B 1), or where each split
+// would read 8192 keys or more, 10b calls step 10's kernels instead (uses_step10, below).
 
 #include <algorithm>
 #include <climits>
