@@ -227,6 +227,19 @@ TEST(SplitKv, ABadSplitsVariableIsRefusedWithTheReason) {
   }
 }
 
+// The GPU the split heuristic's tests are written for: 64 to 142 SMs (beyond, 16 splits of 512 keys no
+// longer reach 90% of them). Sets *sms, or *skip with the reason where the GPU is outside that range;
+// fails the test without a device.
+void heuristic_gpu(int* sms, std::string* skip) {
+  std::string why;
+  const auto dev = gpu_device(&why);
+  ASSERT_TRUE(dev) << why;
+  *sms = dev->sm_count;
+  if (*sms < 64 || *sms > 142)
+    *skip = "the expectations below assume a GPU of 64 to 142 SMs (this one has " + std::to_string(*sms) +
+            "): beyond, 16 splits of 512 keys no longer reach 90% of the SMs";
+}
+
 // The heuristic on this GPU: grids of fewer blocks than 90% of the SMs (B·H_kv = 8 or 32) are split into
 // just enough for that; grids of 128 blocks or more (run 46: unsplit was fastest) and issue 3's prefill
 // problem are not.
@@ -235,12 +248,10 @@ TEST(SplitKv, TheHeuristicSplitsSmallDecodeGridsOnly) {
   const Step* s = step10();
   ASSERT_TRUE(s) << "step 10 is not in this CUDA build";
   const SplitsEnv env("");
-  std::string why;
-  const auto dev = gpu_device(&why);
-  ASSERT_TRUE(dev) << why;
-  if (dev->sm_count < 64 || dev->sm_count > 142)
-    GTEST_SKIP() << "the expectations below assume a GPU of 64 to 142 SMs (this one has " << dev->sm_count
-                 << "): beyond, 16 splits of 512 keys no longer reach 90% of the SMs";
+  int sms = 0;
+  std::string skip;
+  ASSERT_NO_FATAL_FAILURE(heuristic_gpu(&sms, &skip));
+  if (!skip.empty()) GTEST_SKIP() << skip;
   // Split: grids below 90% of one block per SM get the smallest S that reaches it (the keys allow it
   // here: at least 8192 keys, 16 splits of 512).
   for (auto [B, H_kv, Nq, Nk] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 8, 1, 32768}, {1, 8, 4, 8192},
@@ -250,9 +261,9 @@ TEST(SplitKv, TheHeuristicSplitsSmallDecodeGridsOnly) {
     EXPECT_GT(ws, 0u) << p.describe() << ": not split";
     const size_t per_split = size_t(p.lse_elems()) * size_t(p.d + 1) * 4;
     const int64_t S = int64_t(ws / per_split), blocks = B * H_kv;  // T_r = 1: G·Nq ≤ 16 rows
-    EXPECT_GE(double(S * blocks), 0.9 * dev->sm_count) << p.describe() << ": S = " << S;
-    EXPECT_LT(double((S - 1) * blocks), 0.9 * dev->sm_count) << p.describe() << ": S = " << S << " is more than needed";
-    std::cout << "  " << p.describe() << ": S = " << S << " on " << dev->sm_count << " SMs\n";
+    EXPECT_GE(double(S * blocks), 0.9 * sms) << p.describe() << ": S = " << S;
+    EXPECT_LT(double((S - 1) * blocks), 0.9 * sms) << p.describe() << ": S = " << S << " is more than needed";
+    std::cout << "  " << p.describe() << ": S = " << S << " on " << sms << " SMs\n";
   }
   // Whole: a grid of at least 90% of one block per SM (run 46: S = 1 was fastest at 128 blocks).
   for (auto [B, H_kv, Nq, Nk] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{16, 8, 1, 32768}, {16, 8, 4, 8192},
@@ -272,11 +283,10 @@ TEST(SplitKv, TakesTilesOf32RowsForLargeGroupsOnLongReadsOnly) {
   const Step* s = step10();
   ASSERT_TRUE(s) << "step 10 is not in this CUDA build";
   const SplitsEnv env("");
-  std::string why;
-  const auto dev = gpu_device(&why);
-  ASSERT_TRUE(dev) << why;
-  if (dev->sm_count < 64 || dev->sm_count > 142)
-    GTEST_SKIP() << "the expectations below assume a GPU of 64 to 142 SMs (this one has " << dev->sm_count << ")";
+  int sms = 0;
+  std::string skip;
+  ASSERT_NO_FATAL_FAILURE(heuristic_gpu(&sms, &skip));
+  if (!skip.empty()) GTEST_SKIP() << skip;
   for (auto [H_kv, Nq, Nk, rows] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 4, 131072, 32}, {1, 16, 131072, 32},
                                     {2, 4, 131072, 32}, {1, 1, 131072, 16}, {1, 4, 8192, 16}, {8, 4, 131072, 16}}) {
     const Problem p = decode_problem(1, H_kv, Nq, Nk);
@@ -284,8 +294,8 @@ TEST(SplitKv, TakesTilesOf32RowsForLargeGroupsOnLongReadsOnly) {
     const int64_t S = int64_t(s->impl->workspace_bytes(p) / per_split);
     const int64_t tiles = H_kv * ((p.group() * Nq + rows - 1) / rows);
     ASSERT_GT(S, 1) << p.describe() << ": not split";
-    EXPECT_GE(double(S * tiles), 0.9 * dev->sm_count) << p.describe() << ": S = " << S << " with tiles of " << rows << " rows";
-    EXPECT_LT(double((S - 1) * tiles), 0.9 * dev->sm_count) << p.describe() << ": S = " << S << " with tiles of " << rows << " rows";
+    EXPECT_GE(double(S * tiles), 0.9 * sms) << p.describe() << ": S = " << S << " with tiles of " << rows << " rows";
+    EXPECT_LT(double((S - 1) * tiles), 0.9 * sms) << p.describe() << ": S = " << S << " with tiles of " << rows << " rows";
     if (rows == 32) EXPECT_GE(p.Nk / S, 1024) << p.describe() << ": S = " << S;
     std::cout << "  " << p.describe() << ": tiles of " << rows << " rows, S = " << S << "\n";
   }
