@@ -15,7 +15,7 @@
 //    of heads h_kv·G + h'), so the tile is a plain [M][d] block of Q, O and L. K/V are read once per
 //    group. A tile is B_r = 16 rows (the m of m16n8k16): decode has M = 1…16 (the sweep's shapes);
 //    larger M gets ⌈M/16⌉ row tiles, or ⌈M/32⌉ tiles of 32 rows (two m-tiles per warp, sharing each K
-//    and V fragment) where m_tiles() below finds them faster: M ≥ 64 and long splits.
+//    and V fragment) where m_tiles() below finds them faster: M ≥ 64, unless they starve the grid.
 // 2. Split-KV. The key range [0, n_end) of each (batch, K/V head, row tile) is cut into S contiguous
 //    chunks, one thread block each: grid B·H_kv·T_r·S (T_r row tiles). A block computes ordinary attention of its
 //    rows over its chunk, an (O_s, L_s) pair like any step's output, and writes it in fp32 to the
@@ -538,12 +538,20 @@ int64_t keys_visited(const Problem& p) {
 //    asks for more, at least max(256, 32·rows) keys per split: a split costs a fixed prologue (Q, the
 //    ring filling) and a partial of rows·d·4 bytes written and read again, 2·rows/keys of the K/V
 //    bytes; 32·rows keeps that under 7%.
-//  - Within that, enough blocks to give 90% of the SMs one each: the smallest S with
+//  - Within that, enough blocks to give 90% of the SMs one each (blocks_wanted): the smallest S with
 //    B·H_kv·T_r·S ≥ 0.9·SMs, and no split once the grid has that many (FlashAttention-2's
 //    num_splits_heuristic stops at 80%). A block here keeps 64 KiB of K and V in flight, and one per SM
 //    already streams at the copy's rate: run 46 (H100, --decode-splits) found S = 16, 4 and 1 fastest for
 //    8, 32 and 128 unsplit blocks. The first rule, which filled every block slot (2 per SM) to the last
 //    wave, took S = 29–30, 8 and 2 there: up to 16% slower (README.md, "How many splits").
+//  - Two per SM where the group has 128 rows or more: such a block does 128 rows' math or more for each
+//    key it loads, and a second block on the SM loads while the first multiplies. Run 116 (H100, B 1–16,
+//    H_kv 1–4, Nq 4–16, Nk 8192–131072, every S from 1 to 32 with both tile sizes): about 256 blocks were
+//    fastest wherever M ≥ 128 (e.g. B 1, H_kv 1, Nq 8, Nk 131072, tiles of 32 rows: 102.0 µs with 8 tiles ×
+//    32 splits against 111.7 with 16 and 121.5 with the one-per-SM rule's 15), about 128 where M = 64
+//    (B 1, H_kv 4, Nq 8, Nk 131072: 8 tiles × 16 splits 115.4 µs, × 32 120.1).
+double blocks_wanted(const Problem& p, int sms) { return (p.group() * p.Nq >= 128 ? 2 : 1) * 0.9 * double(sms); }
+
 int splits_for(const Problem& p, int R) {  // with row tiles of 16R rows
   const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, int64_t(B_r) * R);
   const int64_t keys = keys_visited(p);
@@ -555,23 +563,31 @@ int splits_for(const Problem& p, int R) {  // with row tiles of 16R rows
   const int64_t rows = std::min<int64_t>(M, B_r);
   const int64_t s_max = std::min(cap, keys / std::max<int64_t>(256, 32 * rows));
   if (s_max <= 1) return 1;
-  const double blocks = double(p.B * p.H_kv * T_r), target = 0.9 * double(f.sms);
+  const double blocks = double(p.B * p.H_kv * T_r), target = blocks_wanted(p, f.sms);
   if (blocks >= target) return 1;
   return int(std::min<int64_t>(s_max, int64_t(std::ceil(target / blocks))));
 }
 
-// The m-tiles of a row tile (Tiles): 2, tiles of 32 rows, where run 104 timed them faster, else 1.
-// Run 104 (H100, B 1, H 32, H_kv 1, 2 and 8, Nq 1–16, Nk 8192–131072, d 128; both kinds of tile in
-// one run, docs/results/…-run104-*): with 32-row tiles each key is read by half as many blocks, but
-// the rule above then doubles the splits to keep the blocks. That won 1.15–1.68× where the group had
-// 64 rows or more and the splits kept at least 1024 keys each (at Nk 131072 every such point, 1.27–1.68×;
-// MQA at Nq 4: 106.5–106.9 → 70.0 µs), and 0.89–1.03× where they did not (512 or 546 keys per split;
-// at Nk 8192 the 512-key floor halves the blocks); with 32 rows 0.84–0.97× (H_kv 1, Nq 1: 47.5 →
-// 56.5 µs at Nk 131072, with 119 splits against 60), except 1.04× at two Nk 131072 points.
-// Grids that need no split (B ≥ 16) keep 16-row tiles: not measured there.
+// The grid with row tiles of 16R rows: B·H_kv·T_r·S blocks.
+int64_t grid_for(const Problem& p, int R) {
+  return p.B * p.H_kv * ceil_div<int64_t>(p.group() * p.Nq, int64_t(B_r) * R) * splits_for(p, R);
+}
+
+// The m-tiles of a row tile (Tiles): 2, tiles of 32 rows, for a group of 64 rows or more, unless that
+// grid falls short of the blocks wanted where 16-row tiles would have more; else 1. With 32-row tiles
+// each key is read by half as many blocks, and splits_for doubles S to keep the blocks; where the keys
+// cannot be cut that fine (the 512-key floor) the grid halves instead.
+// Run 116 (H100, d 128, B 1, 4, 16, H_kv 1, 2, 4, Nq 4–16, Nk 8192–131072, both tile sizes at every S
+// from 1 to 32; docs/results/…-run116-rows.log): 32-row tiles won wherever M ≥ 64 and their grid was
+// full — unsplit too, where the old rule kept 16 rows (B 16, H_kv 1, Nq 16, Nk 32768: 691.9 µs against
+// 967.7; B 16, H_kv 4, Nq 8, Nk 32768: 420.5 against 525.4) — and lost where the floor halved their grid
+// (B 1, H_kv 1, Nq 4, Nk 8192, S = 16: 64 blocks of 32 rows 16.8 µs, 128 of 16 rows 14.8). With 32 rows
+// (MQA at Nq 1) 16-row tiles are faster (run 104: 0.84–0.97×). Run 104 had drawn the line at splits
+// of 1024 keys and kept 16-row tiles where the grid needs no split (README.md, "Tiles of 32 rows").
 int m_tiles(const Problem& p) {
-  if (p.group() * p.Nq < 64 || splits_for(p, 1) == 1) return 1;
-  return keys_visited(p) / splits_for(p, 2) >= 1024 ? 2 : 1;
+  if (p.group() * p.Nq < 64) return 1;
+  const double wanted = blocks_wanted(p, facts_for(p.d).sms);
+  return double(grid_for(p, 2)) >= std::min(wanted, double(grid_for(p, 1))) ? 2 : 1;
 }
 int64_t row_tiles(const Problem& p) { return ceil_div<int64_t>(p.group() * p.Nq, int64_t(B_r) * m_tiles(p)); }
 int splits(const Problem& p) { return splits_for(p, m_tiles(p)); }

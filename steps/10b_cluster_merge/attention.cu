@@ -563,12 +563,17 @@ int64_t keys_visited(const Problem& p) {
 //    asks for more, at least max(256, 32·rows) keys per split: a split costs a fixed prologue (Q, the
 //    ring filling) and a partial of rows·d·4 bytes written and read again, 2·rows/keys of the K/V
 //    bytes; 32·rows keeps that under 7%.
-//  - Within that, enough blocks to give 90% of the SMs one each: the smallest S with
+//  - Within that, enough blocks to give 90% of the SMs one each (blocks_wanted): the smallest S with
 //    B·H_kv·T_r·S ≥ 0.9·SMs, and no split once the grid has that many (FlashAttention-2's
 //    num_splits_heuristic stops at 80%). A block here keeps 64 KiB of K and V in flight, and one per SM
 //    already streams at the copy's rate: run 46 (H100, --decode-splits) found S = 16, 4 and 1 fastest for
 //    8, 32 and 128 unsplit blocks. The first rule, which filled every block slot (2 per SM) to the last
 //    wave, took S = 29–30, 8 and 2 there: up to 16% slower (README.md, "How many splits").
+//  - Two per SM where the group has 128 rows or more (step 10's run 116). A split launch here runs one
+//    block per SM, so the clusters' residency below mostly lowers that S again, and uses_step10 sends
+//    most such problems to step 10's blocks.
+double blocks_wanted(const Problem& p, int sms) { return (p.group() * p.Nq >= 128 ? 2 : 1) * 0.9 * double(sms); }
+
 int splits_for(const Problem& p, int R) {  // with row tiles of 16R rows
   const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, int64_t(B_r) * R);
   const int64_t keys = keys_visited(p);
@@ -580,7 +585,7 @@ int splits_for(const Problem& p, int R) {  // with row tiles of 16R rows
   const int64_t rows = std::min<int64_t>(M, B_r);
   const int64_t s_max = std::min(cap, keys / std::max<int64_t>(256, 32 * rows));
   if (s_max <= 1) return 1;
-  const double blocks = double(p.B * p.H_kv * T_r), target = 0.9 * double(f.sms);
+  const double blocks = double(p.B * p.H_kv * T_r), target = blocks_wanted(p, f.sms);
   if (blocks >= target) return 1;
   int64_t S = std::min<int64_t>(s_max, int64_t(std::ceil(target / blocks)));
   // And all B·H_kv·T_r clusters at once: a cluster runs inside one GPC, so clusters of S blocks may not
@@ -590,19 +595,18 @@ int splits_for(const Problem& p, int R) {  // with row tiles of 16R rows
   return int(S);
 }
 
-// The m-tiles of a row tile (Tiles): 2, tiles of 32 rows, where run 104 timed them faster, else 1.
-// Run 104 (H100, B 1, H 32, H_kv 1, 2 and 8, Nq 1–16, Nk 8192–131072, d 128; both kinds of tile in
-// one run, docs/results/…-run104-*): with 32-row tiles each key is read by half as many blocks, but
-// the rule above then doubles the splits to keep the blocks. That won 1.15–1.68× where the group had
-// 64 rows or more and the splits kept at least 1024 keys each (at Nk 131072 every such point, 1.27–1.68×;
-// MQA at Nq 4: 106.5–106.9 → 70.0 µs), and 0.89–1.03× where they did not (512 or 546 keys per split;
-// at Nk 8192 the 512-key floor halves the blocks); with 32 rows 0.84–0.97× (H_kv 1, Nq 1: 47.5 →
-// 56.5 µs at Nk 131072, with 119 splits against 60), except 1.04× at two Nk 131072 points.
-// Grids that need no split (B ≥ 16) keep 16-row tiles: not measured there. (Run 104 timed step 10's
-// kernels; here the rule reads this step's splits, and its points mostly run step 10's: uses_step10.)
+// The grid with row tiles of 16R rows: B·H_kv·T_r·S blocks.
+int64_t grid_for(const Problem& p, int R) {
+  return p.B * p.H_kv * ceil_div<int64_t>(p.group() * p.Nq, int64_t(B_r) * R) * splits_for(p, R);
+}
+
+// The m-tiles of a row tile (Tiles): step 10's rule (its m_tiles, run 116), read with this step's splits:
+// 2, tiles of 32 rows, for a group of 64 rows or more, unless that grid falls short of the blocks wanted
+// where 16-row tiles would have more; else 1.
 int m_tiles(const Problem& p) {
-  if (p.group() * p.Nq < 64 || splits_for(p, 1) == 1) return 1;
-  return keys_visited(p) / splits_for(p, 2) >= 1024 ? 2 : 1;
+  if (p.group() * p.Nq < 64) return 1;
+  const double wanted = blocks_wanted(p, facts_for(p.d).sms);
+  return double(grid_for(p, 2)) >= std::min(wanted, double(grid_for(p, 1))) ? 2 : 1;
 }
 int64_t row_tiles(const Problem& p) { return ceil_div<int64_t>(p.group() * p.Nq, int64_t(B_r) * m_tiles(p)); }
 int splits(const Problem& p) { return splits_for(p, m_tiles(p)); }
