@@ -578,7 +578,7 @@ int64_t grid_for(const Problem& p, int R) {
 // each key is read by half as many blocks, and splits_for doubles S to keep the blocks; where the keys
 // cannot be cut that fine (the 512-key floor) the grid halves instead.
 // Run 116 (H100, d 128, B 1, 4, 16, H_kv 1, 2, 4, Nq 4–16, Nk 8192–131072, both tile sizes at every S
-// from 1 to 32; docs/results/…-run116-rows.log): 32-row tiles won wherever M ≥ 64 and their grid was
+// from 1 to 32; docs/results/explorations/…-run116-rows.log): 32-row tiles won wherever M ≥ 64 and their grid was
 // full — unsplit too, where the old rule kept 16 rows (B 16, H_kv 1, Nq 16, Nk 32768: 691.9 µs against
 // 967.7; B 16, H_kv 4, Nq 8, Nk 32768: 420.5 against 525.4) — and lost where the floor halved their grid
 // (B 1, H_kv 1, Nq 4, Nk 8192, S = 16: 64 blocks of 32 rows 16.8 µs, 128 of 16 rows 14.8). With 32 rows

@@ -569,9 +569,14 @@ int64_t keys_visited(const Problem& p) {
 //    already streams at the copy's rate: run 46 (H100, --decode-splits) found S = 16, 4 and 1 fastest for
 //    8, 32 and 128 unsplit blocks. The first rule, which filled every block slot (2 per SM) to the last
 //    wave, took S = 29–30, 8 and 2 there: up to 16% slower (README.md, "How many splits").
-//  - Two per SM where the group has 128 rows or more (step 10's run 116). A split launch here runs one
-//    block per SM, so the clusters' residency below mostly lowers that S again, and uses_step10 sends
-//    most such problems to step 10's blocks.
+//  - Two per SM where the group has 128 rows or more: such a block does 128 rows' math or more for each
+//    key it loads, and a second block on the SM loads while the first multiplies. Run 116 (H100, B 1–16,
+//    H_kv 1–4, Nq 4–16, Nk 8192–131072, every S from 1 to 32 with both tile sizes): about 256 blocks were
+//    fastest wherever M ≥ 128 (e.g. B 1, H_kv 1, Nq 8, Nk 131072, tiles of 32 rows: 102.0 µs with 8 tiles ×
+//    32 splits against 111.7 with 16 and 121.5 with the one-per-SM rule's 15), about 128 where M = 64
+//    (B 1, H_kv 4, Nq 8, Nk 131072: 8 tiles × 16 splits 115.4 µs, × 32 120.1).
+//    (A split launch here runs one block per SM: the clusters' residency below mostly lowers that S
+//    again, and uses_step10 sends most such problems to step 10's blocks.)
 double blocks_wanted(const Problem& p, int sms) { return (p.group() * p.Nq >= 128 ? 2 : 1) * 0.9 * double(sms); }
 
 int splits_for(const Problem& p, int R) {  // with row tiles of 16R rows
@@ -600,9 +605,19 @@ int64_t grid_for(const Problem& p, int R) {
   return p.B * p.H_kv * ceil_div<int64_t>(p.group() * p.Nq, int64_t(B_r) * R) * splits_for(p, R);
 }
 
-// The m-tiles of a row tile (Tiles): step 10's rule (its m_tiles, run 116), read with this step's splits:
-// 2, tiles of 32 rows, for a group of 64 rows or more, unless that grid falls short of the blocks wanted
-// where 16-row tiles would have more; else 1.
+// The m-tiles of a row tile (Tiles): 2, tiles of 32 rows, for a group of 64 rows or more, unless that
+// grid falls short of the blocks wanted where 16-row tiles would have more; else 1. With 32-row tiles
+// each key is read by half as many blocks, and splits_for doubles S to keep the blocks; where the keys
+// cannot be cut that fine (the 512-key floor) the grid halves instead.
+// Run 116 (H100, d 128, B 1, 4, 16, H_kv 1, 2, 4, Nq 4–16, Nk 8192–131072, both tile sizes at every S
+// from 1 to 32; docs/results/explorations/…-run116-rows.log): 32-row tiles won wherever M ≥ 64 and their grid was
+// full — unsplit too, where the old rule kept 16 rows (B 16, H_kv 1, Nq 16, Nk 32768: 691.9 µs against
+// 967.7; B 16, H_kv 4, Nq 8, Nk 32768: 420.5 against 525.4) — and lost where the floor halved their grid
+// (B 1, H_kv 1, Nq 4, Nk 8192, S = 16: 64 blocks of 32 rows 16.8 µs, 128 of 16 rows 14.8). With 32 rows
+// (MQA at Nq 1) 16-row tiles are faster (run 104: 0.84–0.97×). Run 104 had drawn the line at splits
+// of 1024 keys and kept 16-row tiles where the grid needs no split (README.md, "Tiles of 32 rows").
+// (Run 116 timed step 10's kernels; here the rule reads this step's splits, and its points mostly run
+// step 10's: uses_step10.)
 int m_tiles(const Problem& p) {
   if (p.group() * p.Nq < 64) return 1;
   const double wanted = blocks_wanted(p, facts_for(p.d).sms);
