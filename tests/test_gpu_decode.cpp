@@ -282,11 +282,12 @@ TEST(SplitKv, TheHeuristicSplitsSmallDecodeGridsOnly) {
   EXPECT_EQ(s->impl->workspace_bytes(prefill), 0u);
 }
 
-// Tiles of 32 rows (m_tiles) and two blocks per SM from 128 rows (blocks_wanted), run 116: a group of
-// 64 packed rows or more gets ⌈M/32⌉ row tiles and the splits that bring them to the blocks wanted
-// (90% of one block per SM; of two from 128 rows), or none where the tiles alone reach it (B 16). A group
+// Tiles of 32 rows (m_tiles) and two blocks per SM from d rows (blocks_wanted), runs 116 and 120: a
+// group of 64 packed rows or more gets ⌈M/32⌉ row tiles and the splits that bring them to the blocks
+// wanted (90% of one block per SM; of two from M ≥ d), or none where the tiles alone reach it (B 16). A group
 // of 32 rows (MQA at Nq 1) keeps 16-row tiles, and so does one whose 32-row grid the 512-key floor would
-// halve (B 1, Nq 4, Nk 8192: 16 splits of 4 tiles against 16 of 8). S is read from the workspace (S =
+// halve (B 1, Nq 4, Nk 8192: 16 splits of 4 tiles against 16 of 8). At d = 64 the 64 rows of B 16,
+// H_kv 4, Nq 8 want two blocks per SM (2 splits of 128 tiles), at d = 128 one (unsplit). S is read from the workspace (S =
 // bytes / partial; none: 1), so the test sees what the launch does.
 TEST(SplitKv, LargeGroupsTakeTilesOf32RowsAndTwoBlocksPerSm) {
   FL_NEED_GPU();
@@ -297,16 +298,18 @@ TEST(SplitKv, LargeGroupsTakeTilesOf32RowsAndTwoBlocksPerSm) {
   std::string skip;
   ASSERT_NO_FATAL_FAILURE(heuristic_gpu(&sms, &skip));
   if (!skip.empty()) GTEST_SKIP() << skip;
-  for (auto [B, H_kv, Nq, Nk, rows] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{1, 1, 4, 131072, 32},
-                                       {1, 1, 16, 131072, 32}, {1, 2, 4, 131072, 32}, {4, 1, 16, 32768, 32},
-                                       {16, 1, 16, 8192, 32}, {16, 4, 8, 8192, 32}, {1, 1, 1, 131072, 16},
-                                       {1, 1, 4, 8192, 16}, {1, 8, 4, 131072, 16}}) {
-    const Problem p = decode_problem(B, H_kv, Nq, Nk);
+  for (auto [B, H_kv, Nq, Nk, rows, d] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{1, 1, 4, 131072, 32, 128},
+        {1, 1, 16, 131072, 32, 128}, {1, 2, 4, 131072, 32, 128}, {4, 1, 16, 32768, 32, 128}, {16, 1, 16, 8192, 32, 128},
+        {16, 4, 8, 8192, 32, 128}, {16, 4, 8, 8192, 32, 64}, {1, 1, 1, 131072, 16, 128}, {1, 1, 4, 8192, 16, 128},
+        {1, 8, 4, 131072, 16, 128}}) {
+    Problem p = decode_problem(B, H_kv, Nq, Nk);
+    p.d = d;  // at d = 64 a group of 64 rows already wants two blocks per SM
     const int64_t M = p.group() * Nq, tiles = B * H_kv * ((M + rows - 1) / rows);
     EXPECT_EQ(16 * fl::s10::m_tiles(p), rows) << p.describe();
     const size_t per_split = size_t(p.lse_elems()) * size_t(p.d + 1) * 4;
     const int64_t S = std::max<int64_t>(1, int64_t(s->impl->workspace_bytes(p) / per_split));
-    const double wanted = (M >= 128 ? 2 : 1) * 0.9 * sms;
+    const double wanted = (M >= p.d ? 2 : 1) * 0.9 * sms;
     const int64_t floor_cap = Nk / 512;  // splits of at least 32·16 keys
     if (double(tiles) >= wanted) {
       EXPECT_EQ(S, 1) << p.describe() << ": " << tiles << " tiles of " << rows << " rows need no split";

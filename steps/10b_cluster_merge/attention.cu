@@ -569,15 +569,19 @@ int64_t keys_visited(const Problem& p) {
 //    already streams at the copy's rate: run 46 (H100, --decode-splits) found S = 16, 4 and 1 fastest for
 //    8, 32 and 128 unsplit blocks. The first rule, which filled every block slot (2 per SM) to the last
 //    wave, took S = 29–30, 8 and 2 there: up to 16% slower (README.md, "How many splits").
-//  - Two per SM where the group has 128 rows or more: such a block does 128 rows' math or more for each
-//    key it loads, and a second block on the SM loads while the first multiplies. Run 116 (H100, B 1–16,
-//    H_kv 1–4, Nq 4–16, Nk 8192–131072, every S from 1 to 32 with both tile sizes): about 256 blocks were
-//    fastest wherever M ≥ 128 (e.g. B 1, H_kv 1, Nq 8, Nk 131072, tiles of 32 rows: 102.0 µs with 8 tiles ×
-//    32 splits against 111.7 with 16 and 121.5 with the one-per-SM rule's 15), about 128 where M = 64
-//    (B 1, H_kv 4, Nq 8, Nk 131072: 8 tiles × 16 splits 115.4 µs, × 32 120.1).
+//  - Two per SM where the group has d rows or more (M ≥ d: 128 at d = 128, 64 at d = 64): such a block
+//    does M rows' math for each key it loads, the more per byte the smaller d (the softmax's work per
+//    key does not shrink with d), and a second block on the SM loads while the first multiplies. Run
+//    116 (H100, d 128, B 1–16, H_kv 1–4, Nq 4–16, Nk 8192–131072, every S from 1 to 32 with both tile
+//    sizes): about 256 blocks were fastest wherever M ≥ 128 (e.g. B 1, H_kv 1, Nq 8, Nk 131072, tiles of
+//    32 rows: 102.0 µs with 8 tiles × 32 splits against 111.7 with 16 and 121.5 with the one-per-SM
+//    rule's 15), about 128 where M = 64 (B 1, H_kv 4, Nq 8, Nk 131072: 8 tiles × 16 splits 115.4 µs, ×
+//    32 120.1). Run 120 (d 64, M = 64): about 256 at 5 of 6 points (B 16, H_kv 4, Nq 8, Nk 32768: 128
+//    tiles of 32 rows in 2 splits 227.4 µs, unsplit 273.2; B 4: 8 splits 61.9 µs, 4 splits 76.9); at
+//    the sixth (B 1, Nk 131072) 128 blocks were the fastest of S ≤ 16.
 //    (A split launch here runs one block per SM: the clusters' residency below mostly lowers that S
 //    again, and uses_step10 sends most such problems to step 10's blocks.)
-double blocks_wanted(const Problem& p, int sms) { return (p.group() * p.Nq >= 128 ? 2 : 1) * 0.9 * double(sms); }
+double blocks_wanted(const Problem& p, int sms) { return (p.group() * p.Nq >= p.d ? 2 : 1) * 0.9 * double(sms); }
 
 int splits_for(const Problem& p, int R) {  // with row tiles of 16R rows
   const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, int64_t(B_r) * R);
