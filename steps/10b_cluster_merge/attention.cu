@@ -234,15 +234,18 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
 #pragma unroll
       for (int e = 0; e < 4; ++e) O_i[mt][n][e] = 0.f;
 
-  // ---- Main loop: the warp's tiles, kStages − 1 ahead in its own ring. The block's warps advance in
-  // step: one barrier per round, in the rounds that all four have (n_step), so that the block's copies
-  // in flight stay one stretch of 4·B_w keys of K and one of V per round instead of drifting apart.
-  // Run 124 (H100, 10b's kernel with and without it, beside cuDNN, three interleaved rounds): at the
-  // unsplit B ≥ 16 decode points 0.984–0.998× cuDNN without, 0.990–0.999× with (B 16, H_kv 8, Nq 1,
-  // Nk 131072: 2771.8 → 2744.5 µs), none more than 0.3 µs slower.
+  // ---- Main loop: the warp's tiles, kStages − 1 ahead in its own ring. With 16-row tiles the block's
+  // warps advance in step: one barrier per round, in the rounds that all four have (n_step), so that the
+  // block's copies in flight stay one stretch of 4·B_w keys of K and one of V per round instead of
+  // drifting apart. Run 124 (H100, 10b's kernel with and without it, beside cuDNN, three interleaved
+  // rounds): at the unsplit B ≥ 16 decode points 0.984–0.998× cuDNN without, 0.990–0.999× with (B 16,
+  // H_kv 8, Nq 1, Nk 131072: 2771.8 → 2744.5 µs), none more than 0.3 µs slower. Not with 32-row tiles,
+  // whose warps have twice the math per tile and then wait on each other: 0.94–0.95× (run 125).
   const int n_step = T_c / stride;
   for (int k = 0; k < n_mine; ++k) {
-    if (k < n_step) __syncthreads();
+    if constexpr (R == 1) {
+      if (k < n_step) __syncthreads();
+    }
     mma::cp_async_wait<kStages - 2>();  // groups 0 … k + 1 done: Q and this thread's copies of tile k
     __syncwarp();  // every lane's copies of tile k visible to the warp; every lane done reading tile k − 1
     if (k + kStages - 1 < n_mine) load_kv(k + kStages - 1);  // into tile k − 1's slot
