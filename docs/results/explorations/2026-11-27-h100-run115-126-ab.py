@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
-"""The A/B programs of runs 115-121 (issue 17, H100), one file: `python3 THIS RUN OUT.jsonl`, run from the
+"""The A/B programs of runs 115-126 (issue 17, H100), one file: `python3 THIS RUN OUT.jsonl`, run from the
 repository root on the GPU machine, with the libraries where each run put them (below). Three kinds:
 
-- knob (runs 115, 116, 118): 10b with an experiment build's environment knob at each mode, beside cuDNN, three
+- knob (runs 115, 116, 118, 124): 10b with an experiment build's environment knob at each mode, beside cuDNN, three
   interleaved rounds at each point; the median round is printed. FLX_PF chose the K/V copies' L2 prefetch
   qualifier (run 115: a run-time branch in the copy loop, modes 0 none, 1 L2::128B, 2 L2::256B, 3 L2::256B +
   evict_first; run 116: a template parameter, modes 0-2); FLX_ST the unsplit launch's ring stages at d 128
-  (run 118: 0 = 3, 4, 5). Library /tmp/capi.so, built from …-run115/116/118-experiment.patch.
+  (run 118: 0 = 3, 4, 5); FLX_LS = 1 a barrier per round of the block's warps (run 124). Library /tmp/capi.so,
+  built from …-run115/116/118/124-experiment.patch.
 - grid (runs 116, 120): step 10 at forced tile rows (FLX_R, the run-116 build) and splits (FLASHLADDER_SPLITS),
   "rule" = neither forced; d 128 (run 116) or d 64 (run 120). Library /tmp/capi.so (run 116's build).
-- rule (runs 117, 119, 121): two libraries, "old" = main at 16c1c06 (/tmp/capi_old.so) and "new" (run 117 and
-  119: 2fc417475bda at /tmp/capi_new.so; run 121: 0e9865c67f28 built on the device, build-gpu/), steps 10 and
-  10b, three interleaved rounds.
+- rule (runs 117, 119, 121, 125, 126): two libraries, "old" = main at 16c1c06 (/tmp/capi_old.so) and "new" (run 117 and
+  119: 2fc417475bda at /tmp/capi_new.so; run 121: 0e9865c67f28 built on the device, build-gpu/; runs 125 and
+  126: "old" = a719a61 (main before the barrier), "new" = e34d09e95823 and 30d5a4bf3afb), steps 10 and 10b,
+  three interleaved rounds.
 Each launch is timed by compare_torch.time_launches (5 warm-up, 20 timed, outputs poisoned before each);
 outputs are checked against the fp64 reference on the first round where K+V are small enough.
 The runs used one copy of this per run; they were merged into this file afterwards, same points, modes
@@ -36,6 +38,13 @@ RUNS = {
     "116": ("knob", "FLX_PF", (0, 1, 2), [(128,) + p for p in ISSUE_B16 + [(1, 8, 1, 32768), (1, 8, 1, 8192), (1, 32, 1, 32768)]]),
     "118": ("knob", "FLX_ST", (0, 4, 5), [(128,) + p for p in ISSUE_B16[:2] + [(16, 8, 1, 8192)] + ISSUE_B16[2:5] +
                                           [(64, 8, 1, 131072)] + ISSUE_B16[5:] + [(16, 8, 4, 32768)]]),
+    "124": ("knob", "FLX_LS", (0, 1), [(128,) + p for p in ISSUE_B16 + [(16, 8, 1, 8192), (64, 8, 1, 131072), (16, 32, 1, 131072),
+                                                                  (1, 8, 1, 32768), (1, 8, 1, 8192), (1, 32, 1, 8192)]]),
+    "125": ("rule", "/tmp/capi_new.so", [(128,) + p for p in ISSUE_B16 + [(16, 8, 1, 8192), (64, 8, 1, 131072), (16, 32, 1, 131072),
+             (64, 32, 4, 32768), (16, 8, 4, 32768), (1, 8, 1, 8192), (1, 8, 1, 32768), (1, 8, 4, 8192), (1, 32, 1, 32768),
+             (16, 1, 16, 32768), (1, 1, 8, 131072), (1, 1, 1, 131072)]] + [(64, 16, 4, 8, 32768), (64, 1, 1, 8, 32768)]),
+    "126": ("rule", "/tmp/capi_new.so", [(128, 16, 1, 16, 32768), (128, 1, 1, 8, 131072), (64, 16, 4, 8, 32768),
+             (128, 16, 8, 1, 131072), (128, 16, 32, 1, 32768), (128, 1, 8, 1, 32768)]),
     "116-rows": ("grid", (0, 1, 2, 4, 8, 16, 32), [(128,) + p for p in ROWS]),
     "120": ("grid", (0, 1, 2, 4, 8, 16), [(64, 16, 4, 8, 8192), (64, 16, 4, 8, 32768), (64, 16, 2, 4, 32768), (64, 8, 4, 8, 32768),
                                           (64, 4, 4, 8, 32768), (64, 1, 4, 8, 131072), (64, 16, 1, 8, 32768), (64, 4, 1, 16, 32768)]),
