@@ -74,7 +74,7 @@ const std::vector<DecodeCase>& decode_cases() {
       // head crossing the tiles' edges under the causal mask.
       {"mqa32_nq4_nk32768_tiles_of_32_rows", 1, 32, 1, 4, 32768, 64, false, DType::bf16, 1.0},
       {"gqa12_nq6_nk65536_causal_ragged_32_row_tiles", 1, 12, 1, 6, 65536, 128, true, DType::f16, 1.0},
-      // And unsplit (run 116: 120 tiles of 32 rows fill 90% of an H100's SMs without splits).
+      // And unsplit: 60 × 2 = 120 tiles of 32 rows are at least 90% of 132 SMs (an H100's or H200's), no split.
       {"gqa4_nq16_b60_causal_unsplit_32_row_tiles", 60, 4, 1, 16, 1000, 128, true, DType::f16, 1.0},
   };
   return c;
