@@ -496,6 +496,7 @@ namespace fl::s10b {
 int splits(const Problem& p) __attribute__((weak));
 int clusters_at_once(int64_t d, int size) __attribute__((weak));
 bool uses_step10(const Problem& p) __attribute__((weak));
+int64_t blocks_for_memory(int64_t d) __attribute__((weak));
 int m_tiles(const Problem& p) __attribute__((weak));
 int64_t row_tiles(const Problem& p) __attribute__((weak));
 }
@@ -509,7 +510,7 @@ namespace {
 const Step* step10b() {
   const Step* s = find_step("10b");
   return s && s->impl && fl::s10b::splits && fl::s10b::clusters_at_once && fl::s10b::uses_step10 &&
-                 fl::s10b::m_tiles && fl::s10b::row_tiles && fl::s10::splits_for
+                 fl::s10b::blocks_for_memory && fl::s10b::m_tiles && fl::s10b::row_tiles && fl::s10::splits_for
              ? s
              : nullptr;
 }
@@ -575,25 +576,34 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
               << (fl::s10b::uses_step10(p) ? ", runs step 10's kernels" : "") << "\n";
   }
   // Where 10b's clusters cannot read as fast as the memory and step 10 has more blocks, on a read of over
-  // 512 keys per split, 10b runs step 10's kernels, with step 10's workspace: B 1, H_kv 1, Nq 1 (2
-  // tiles of 16 rows, S = 16 against step 10's 60) at Nk 32768 and 131072, not at 8192 (512 keys per
-  // split); H_kv 1, Nq 4 (8 row tiles of 16 reading one K/V head, S = 9; at 32768, 4 tiles of 32, S = 16)
-  // at 8192 and 32768, not at 4096. Where 10b streams on enough blocks (H_kv 4, Nq 1: 64; H_kv 8, Nq 1
-  // and 4: 72; H_kv 32: 96) only on reads of 8192 keys per split or more: H_kv 4 at 131072 (S = 16), not
-  // at 32768; H_kv 8 at 131072 (S = 9), not at 32768; H_kv 32 (S = 3) at 32768, not at 8192. Never when
-  // FLASHLADDER_SPLITS asks for a number.
+  // 512 keys per split, 10b runs step 10's kernels, with step 10's workspace. The blocks the memory
+  // needs come from its peak rate: 62 on an H100 (3.35 TB/s), 91 on an H200 (4.92 TB/s).
+  // B 1, H_kv 1, Nq 1 (2 tiles of 16 rows, S = 16 against step 10's 60) at Nk 32768 and 131072, not at
+  // 8192 (512 keys per split); H_kv 1, Nq 4 (8 row tiles of 16 reading one K/V head, S = 9; at 32768, 4
+  // tiles of 32, S = 16) at 8192 and 32768, not at 4096. Reads of 8192 keys per split or more always:
+  // H_kv 4 at 131072 (S = 16), H_kv 8 at 131072 (S = 9), H_kv 32 at 32768 (S = 3). And where it depends
+  // on the memory (`blocks`: 10b's blocks, step 10's iff the memory needs more): H_kv 4, Nq 1 at 32768
+  // (64 blocks, 2048 keys per split) and H_kv 8, Nq 1 and 4 at 32768 (72 blocks, 3641 keys): 10b's own
+  // clusters on an H100, step 10's on an H200; H_kv 32, Nq 4 at 8192 (96 blocks): 10b's on both. Never
+  // when FLASHLADDER_SPLITS asks for a number.
   const Step* s10b = step10b();
-  for (auto [H_kv, Nq, Nk, runs10] : {std::tuple<int64_t, int64_t, int64_t, bool>{1, 1, 131072, true}, {1, 1, 32768, true},
-                                      {1, 1, 8192, false}, {1, 4, 32768, true}, {1, 4, 8192, true}, {1, 4, 4096, false},
-                                      {2, 1, 131072, true}, {8, 1, 131072, true}, {8, 4, 131072, true}, {8, 1, 32768, false},
-                                      {4, 1, 131072, true}, {4, 1, 32768, false}, {32, 1, 32768, true}, {32, 4, 8192, false}}) {
+  const int64_t needed = fl::s10b::blocks_for_memory(128);
+  std::cout << "  blocks that keep up with this GPU's memory (10b's line for its own clusters): " << needed << "\n";
+  EXPECT_GE(needed, 1);
+  for (auto [H_kv, Nq, Nk, runs10, blocks] :
+       {std::tuple<int64_t, int64_t, int64_t, bool, int64_t>{1, 1, 131072, true, 0}, {1, 1, 32768, true, 0},
+        {1, 1, 8192, false, 0}, {1, 4, 32768, true, 0}, {1, 4, 8192, true, 0}, {1, 4, 4096, false, 0},
+        {2, 1, 131072, true, 0}, {8, 1, 131072, true, 0}, {8, 4, 131072, true, 0}, {8, 1, 32768, false, 72},
+        {8, 4, 32768, false, 72}, {4, 1, 131072, true, 0}, {4, 1, 32768, false, 64}, {32, 1, 32768, true, 0},
+        {32, 4, 8192, false, 96}}) {
     const Problem p = decode_problem(1, H_kv, Nq, Nk);
     if (most != 16) {  // the S above are those of a GPU that schedules clusters of 16 (H100, H200)
       std::cout << "  " << p.describe() << ": which kernels run not checked (largest cluster " << most << ", not 16)\n";
       continue;
     }
-    EXPECT_EQ(fl::s10b::uses_step10(p), runs10) << p.describe();
-    if (runs10) {
+    const bool expected = blocks > 0 ? needed > blocks : runs10;
+    EXPECT_EQ(fl::s10b::uses_step10(p), expected) << p.describe() << " (memory needs " << needed << " blocks)";
+    if (expected) {
       EXPECT_EQ(s10b->impl->workspace_bytes(p), s10->impl->workspace_bytes(p)) << p.describe();
       EXPECT_GT(s10b->impl->workspace_bytes(p), 0u) << p.describe();
     } else {

@@ -475,6 +475,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
 // dim; zeros without a usable device (then S = 1).
 struct DeviceFacts {
   int sms = 0, blocks_per_sm = 0, max_cluster = 0;
+  double memory_bytes_per_s = 0;  // the memory's peak: 2 transfers per clock × bus width (uses_step10)
   int clusters_at_once[kMaxSplits + 1] = {};  // [size]: clusters of that many split blocks resident together
 };
 
@@ -516,11 +517,13 @@ DeviceFacts device_facts() {
   std::lock_guard<std::mutex> lock(mu);
   if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 && known[dev]) return cache[dev];
   DeviceFacts f;
-  int major = 0;
+  int major = 0, memory_khz = 0, bus_bits = 0;
   // Both storage types have the same resources; the attributes are needed before any launch.
   const bool ok =
       cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 &&
       cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev) == cudaSuccess &&
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 &&
       allow_clusters(attention_kernel<__half, d, 1>, smem_alone) &&
       allow_clusters(attention_kernel<__nv_bfloat16, d, 1>, smem_alone) &&
@@ -532,6 +535,7 @@ DeviceFacts device_facts() {
     cudaGetLastError();  // no usable device: the runner reports that (and a launch would, checked)
     return {};
   }
+  f.memory_bytes_per_s = 2.0 * memory_khz * 1e3 * bus_bits / 8;  // H100 SXM 3.35e12, H200 4.92e12
   for (int size = 1; size <= kMaxSplits; ++size) f.clusters_at_once[size] = clusters_that_fit<d>(size);
   f.max_cluster = f.clusters_at_once[kMaxSplits] > 0 ? kMaxSplits : f.clusters_at_once[8] > 0 ? 8 : 1;
   cache[dev] = f;
@@ -643,13 +647,18 @@ int splits(const Problem& p) { return splits_for(p, m_tiles(p)); }
 // Where the clusters cannot read fast enough: a tile's splits are one cluster, so 10b streams on S
 // blocks per tile (S ≤ 16, and lowered until every cluster is resident), where step 10's splits are
 // free blocks (up to 30 per tile). One of these blocks reads ≈ 48.8 GB/s when the SM, not the memory,
-// is the limit (run 94, H100: B 1, H_kv 1, Nq 4, Nk 131072, 72 blocks), and the copy moves 3.0 TB/s:
-// it takes ~62 blocks to keep up with the memory. Every K/V byte is read by the T_r row tiles of its
-// head, so 10b needs min(SMs, 62·T_r) blocks; with fewer (B 1 and H_kv ≤ 2 at Nq 1; H_kv ≤ 4 at Nq 4)
-// step 10's extra blocks win once the splits are long enough. Run 107 (H100, B 1, H 32, d 128, step
-// 10 with its merge kernel of one block per row), 10b's own clusters against step 10: H_kv 1 and 2,
-// Nq 1 1.03-1.07× at Nk 8192 (512 keys per split), 0.59-0.74× at 32768 (2048); Nq 4 0.89× at 8192
-// (910 keys), 0.72-0.73× at 32768. (Run 94, before that merge kernel, had put the line at 2048 keys.)
+// is the limit (run 94, H100: B 1, H_kv 1, Nq 4, Nk 131072, 72 blocks), and the copy moves 90% of the
+// memory's peak (3.02 of 3.35 TB/s on an H100, 4.29 of 4.92 on an H200, runs 125 and 127): it takes
+// blocks_for_memory() = ⌈0.9·peak / 48.8 GB/s⌉ blocks to keep up with the memory, 62 on an H100 and
+// 91 on an H200. Every K/V byte is read by the T_r row tiles of its head, so 10b needs
+// min(SMs, blocks_for_memory()·T_r) blocks; with fewer (on an H100 B 1 and H_kv ≤ 2 at Nq 1, H_kv ≤ 4 at
+// Nq 4; on an H200 also H_kv 4 and 8 at Nq 1 and 4) step 10's extra blocks win once the splits are long
+// enough. Run 107 (H100, B 1, H 32, d 128, step 10 with its merge kernel of one block per row), 10b's
+// own clusters against step 10: H_kv 1 and 2, Nq 1 1.03-1.07× at Nk 8192 (512 keys per split),
+// 0.59-0.74× at 32768 (2048); Nq 4 0.89× at 8192 (910 keys), 0.72-0.73× at 32768. (Run 94, before that
+// merge kernel, had put the line at 2048 keys.) Run 127 (the first H200 run of 10b, with the line
+// still at 62 blocks): at H_kv 8 (72 blocks) 10b's clusters ran at 0.94-0.95× step 10 at Nk 8192 and
+// 0.86-0.88× at 32768, where on an H100 72 blocks had been enough (1.03-1.06×, run 125).
 // So where 10b's blocks are fewer than that, step 10 has more, and each split would read over 512
 // keys, 10b runs step 10's kernels (and reports their workspace). And where each split would read
 // 8192 keys or more whatever the blocks: the merge that 10b saves is then a fixed cost under 2% of the
@@ -658,13 +667,18 @@ int splits(const Problem& p) { return splits_for(p, m_tiles(p)); }
 // run 112: H_kv 4, Nq 1, S 16 against 30, 0.95× at 131072, 8192 keys per split, and 1.02× at 32768).
 // Unless FLASHLADDER_SPLITS asks for a number of splits, which always means 10b's own clusters
 // (README.md, "Where the clusters cannot read fast enough").
-constexpr int64_t kBlocksPerMemory = 62;
+constexpr double kBlockBytesPerS = 48.8e9;  // one block's read where the SM is the limit (run 94)
+
+int64_t blocks_for_memory(int64_t d) {
+  const double peak = facts_for(d).memory_bytes_per_s;
+  return peak > 0 ? int64_t(std::ceil(0.9 * peak / kBlockBytesPerS)) : 0;
+}
 
 bool uses_step10(const Problem& p) {
   if (requested_splits() > 0) return false;
   const int64_t S = splits(p), S10 = fl::s10::splits(p);
   const int64_t T_r = row_tiles(p), tiles = p.B * p.H_kv * T_r;
-  const int64_t needed = std::min<int64_t>(facts_for(p.d).sms, kBlocksPerMemory * T_r);
+  const int64_t needed = std::min<int64_t>(facts_for(p.d).sms, blocks_for_memory(p.d) * T_r);
   const int64_t per_split = keys_visited(p) / S;
   return S10 > S && per_split > 512 && (tiles * S < needed || per_split >= 8192);
 }
