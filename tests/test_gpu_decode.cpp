@@ -522,7 +522,8 @@ TEST(ClusterMerge, NeedsNoWorkspaceAndRefusesABadSplitsVariable) {
   if (!s) GTEST_SKIP() << "step 10b is not in this build (no nvcc)";
   for (const char* n : {"", "1", "5", "100000"}) {
     const SplitsEnv env(n);
-    EXPECT_EQ(s->impl->workspace_bytes(decode_problem(1, 8, 1, 32768)), 0u) << "FLASHLADDER_SPLITS=" << n;
+    // 9 clusters of 455 keys per split at most: 10b's own clusters on any GPU (uses_step10 needs > 512)
+    EXPECT_EQ(s->impl->workspace_bytes(decode_problem(1, 8, 1, 4096)), 0u) << "FLASHLADDER_SPLITS=" << n;
   }
   const SplitsEnv env("4x");
   const std::string why = s->refusal(decode_problem(1, 8, 1, 4096));
@@ -577,7 +578,7 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
   }
   // Where 10b's clusters cannot read as fast as the memory and step 10 has more blocks, on a read of over
   // 512 keys per split, 10b runs step 10's kernels, with step 10's workspace. The blocks the memory
-  // needs come from its peak rate: 62 on an H100 (3.35 TB/s), 91 on an H200 (4.92 TB/s).
+  // needs come from its peak rate: 62 on an H100 (3.35 TB/s), 89 on an H200 (run 128).
   // B 1, H_kv 1, Nq 1 (2 tiles of 16 rows, S = 16 against step 10's 60) at Nk 32768 and 131072, not at
   // 8192 (512 keys per split); H_kv 1, Nq 4 (8 row tiles of 16 reading one K/V head, S = 9; at 32768, 4
   // tiles of 32, S = 16) at 8192 and 32768, not at 4096. Reads of 8192 keys per split or more always:

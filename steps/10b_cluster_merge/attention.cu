@@ -535,7 +535,7 @@ DeviceFacts device_facts() {
     cudaGetLastError();  // no usable device: the runner reports that (and a launch would, checked)
     return {};
   }
-  f.memory_bytes_per_s = 2.0 * memory_khz * 1e3 * bus_bits / 8;  // H100 SXM 3.35e12, H200 4.92e12
+  f.memory_bytes_per_s = 2.0 * memory_khz * 1e3 * bus_bits / 8;  // H100 SXM: 2619 MHz, 5120 bits, 3.35e12
   for (int size = 1; size <= kMaxSplits; ++size) f.clusters_at_once[size] = clusters_that_fit<d>(size);
   f.max_cluster = f.clusters_at_once[kMaxSplits] > 0 ? kMaxSplits : f.clusters_at_once[8] > 0 ? 8 : 1;
   cache[dev] = f;
@@ -647,10 +647,10 @@ int splits(const Problem& p) { return splits_for(p, m_tiles(p)); }
 // Where the clusters cannot read fast enough: a tile's splits are one cluster, so 10b streams on S
 // blocks per tile (S ≤ 16, and lowered until every cluster is resident), where step 10's splits are
 // free blocks (up to 30 per tile). One of these blocks reads ≈ 48.8 GB/s when the SM, not the memory,
-// is the limit (run 94, H100: B 1, H_kv 1, Nq 4, Nk 131072, 72 blocks), and the copy moves 90% of the
-// memory's peak (3.02 of 3.35 TB/s on an H100, 4.29 of 4.92 on an H200, runs 125 and 127): it takes
+// is the limit (run 94, H100: B 1, H_kv 1, Nq 4, Nk 131072, 72 blocks), and the copy moves ~90% of the
+// memory's peak (3.02 of 3.35 TB/s on an H100, 4.29 of ~4.8 on an H200, runs 125 and 127): it takes
 // blocks_for_memory() = ⌈0.9·peak / 48.8 GB/s⌉ blocks to keep up with the memory, 62 on an H100 and
-// 91 on an H200. Every K/V byte is read by the T_r row tiles of its head, so 10b needs
+// 89 on an H200 (run 128). Every K/V byte is read by the T_r row tiles of its head, so 10b needs
 // min(SMs, blocks_for_memory()·T_r) blocks; with fewer (on an H100 B 1 and H_kv ≤ 2 at Nq 1, H_kv ≤ 4 at
 // Nq 4; on an H200 also H_kv 4 and 8 at Nq 1 and 4) step 10's extra blocks win once the splits are long
 // enough. Run 107 (H100, B 1, H 32, d 128, step 10 with its merge kernel of one block per row), 10b's
