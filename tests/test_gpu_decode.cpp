@@ -76,6 +76,8 @@ const std::vector<DecodeCase>& decode_cases() {
       {"gqa12_nq6_nk65536_causal_ragged_32_row_tiles", 1, 12, 1, 6, 65536, 128, true, DType::f16, 1.0},
       // And unsplit: 60 × 2 = 120 tiles of 32 rows are at least 90% of 132 SMs (an H100's or H200's), no split.
       {"gqa4_nq16_b60_causal_unsplit_32_row_tiles", 60, 4, 1, 16, 1000, 128, true, DType::f16, 1.0},
+      // 512 unsplit tiles of 16 rows at d 128, three or more per SM: steps 10 and 10b run one block per SM.
+      {"mha_nq1_b16_nk300_one_block_per_sm", 16, 32, 32, 1, 300, 128, false, DType::bf16, 1.0},
   };
   return c;
 }
@@ -497,11 +499,13 @@ int splits(const Problem& p) __attribute__((weak));
 int clusters_at_once(int64_t d, int size) __attribute__((weak));
 bool uses_step10(const Problem& p) __attribute__((weak));
 int64_t blocks_for_memory(int64_t d) __attribute__((weak));
+bool one_per_sm(const Problem& p) __attribute__((weak));
 int m_tiles(const Problem& p) __attribute__((weak));
 int64_t row_tiles(const Problem& p) __attribute__((weak));
 }
 namespace fl::s10 {
 int splits_for(const Problem& p, int R) __attribute__((weak));  // step 10's S with row tiles of 16R rows
+bool one_per_sm(const Problem& p) __attribute__((weak));
 }
 
 namespace fl::test {
@@ -615,6 +619,39 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
   const SplitsEnv forced("4");
   EXPECT_FALSE(fl::s10b::uses_step10(mqa)) << mqa.describe() << " with FLASHLADDER_SPLITS=4";
   EXPECT_EQ(s10b->impl->workspace_bytes(mqa), 0u) << mqa.describe() << " with FLASHLADDER_SPLITS=4";
+}
+
+// On the GPU: steps 10 and 10b ask for one block per SM exactly where the grid is unsplit, of 16-row
+// tiles, at d = 128, with at least three blocks per SM: B 16 and 64 at H_kv 32 and B 64 at H_kv 8 (512
+// and 2048 tiles), not B 16 at H_kv 8 (128 tiles), not a split grid (B 1), not d = 64, not 32-row tiles,
+// not with FLASHLADDER_SPLITS asking for splits.
+TEST(SplitKv, ManyUnsplitTilesOf16RowsRunOneBlockPerSm) {
+  FL_NEED_GPU();
+  ASSERT_TRUE(step10() && step10b() && fl::s10::one_per_sm && fl::s10b::one_per_sm)
+      << "steps 10 and 10b are not in this CUDA build";
+  int sms = 0;
+  std::string skip;
+  ASSERT_NO_FATAL_FAILURE(heuristic_gpu(&sms, &skip));  // 128 tiles unsplit needs at most 142 SMs
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  const SplitsEnv env("");
+  auto with_d = [](Problem p, int64_t d) { p.d = d; return p; };
+  for (auto [p, tiles] : {std::pair<Problem, int64_t>{decode_problem(16, 32, 1, 8192), 512},
+                          {decode_problem(64, 32, 4, 8192), 2048}, {decode_problem(64, 8, 1, 131072), 512},
+                          {decode_problem(16, 8, 1, 8192), 128}}) {
+    const bool expected = tiles >= 3 * int64_t(sms);
+    EXPECT_EQ(fl::s10::one_per_sm(p), expected) << p.describe() << ": " << tiles << " tiles on " << sms << " SMs";
+    EXPECT_EQ(fl::s10b::one_per_sm(p), expected) << p.describe() << ": " << tiles << " tiles on " << sms << " SMs";
+    std::cout << "  " << p.describe() << ": " << tiles << " tiles on " << sms << " SMs, "
+              << (expected ? "one block per SM" : "two blocks per SM") << "\n";
+  }
+  for (const Problem& p : {decode_problem(1, 8, 1, 32768), with_d(decode_problem(16, 32, 1, 8192), 64),
+                           decode_problem(16, 1, 16, 8192)}) {
+    EXPECT_FALSE(fl::s10::one_per_sm(p)) << p.describe();
+    EXPECT_FALSE(fl::s10b::one_per_sm(p)) << p.describe();
+  }
+  const SplitsEnv forced("2");
+  EXPECT_FALSE(fl::s10::one_per_sm(decode_problem(16, 32, 1, 8192))) << "with FLASHLADDER_SPLITS=2";
+  EXPECT_FALSE(fl::s10b::one_per_sm(decode_problem(16, 32, 1, 8192))) << "with FLASHLADDER_SPLITS=2";
 }
 
 }  // namespace

@@ -68,7 +68,8 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxSplits = 256;  // S is clamped to this (and to the number of warp tiles)
 
 // kStages warp tiles of K and V per warp ring: 96 KiB of ring per block at d = 64 and 128, so two
-// blocks (8 warps, 2·4·(kStages − 1) tiles in flight) share an SM.
+// blocks (8 warps, 2·4·(kStages − 1) tiles in flight) can share an SM; one_per_sm() says when one
+// block per SM is asked for instead (kSmemAlone).
 // R: the row tile's m-tiles of B_r rows, 1 or 2. With R = 2 a tile of 32 rows has each warp multiply
 // both halves by the K and V fragments it loaded once: the keys are read by half as many blocks
 // (m_tiles() says where that pays).
@@ -79,6 +80,10 @@ struct Tiles {
   static constexpr int kTileElems = B_w * d;                               // one K or V warp tile
   static constexpr int kRingElems = kWarps * kStages * 2 * kTileElems;     // every warp's K and V slots
   static constexpr size_t kSmem = size_t(kRows * d + kRingElems) * 2;      // Q tile + rings (16-bit T)
+  // What a launch asks for to run one block per SM: more than half of an SM's 228 KiB (the extra
+  // 16 KiB are not used).
+  static constexpr size_t kSmemAlone = 116 * 1024;
+  static_assert(kSmemAlone >= kSmem, "the one-per-SM request holds the tiles");
   // After the loop the rings hold the warps' partial O (fp32, rows padded by 4 floats) and m, ℓ.
   static constexpr size_t kMergeBytes = size_t(kWarps * kRows * (d + 4) + 2 * kWarps * kRows) * 4;
   static_assert(kMergeBytes <= size_t(kRingElems) * 2, "the merge buffers fit in the rings");
@@ -493,19 +498,20 @@ DeviceFacts device_facts() {
   static std::mutex mu;
   static DeviceFacts cache[64];
   static bool known[64] = {};
-  constexpr int smem = int(Tiles<d>::kSmem), smem2 = int(Tiles<d, 2>::kSmem);
+  constexpr int smem = int(Tiles<d>::kSmem), smem2 = int(Tiles<d, 2>::kSmem), alone = int(Tiles<d>::kSmemAlone);
   int dev = 0;
   std::lock_guard<std::mutex> lock(mu);
   if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 && known[dev]) return cache[dev];
   DeviceFacts f;
-  // Both storage types have the same resources; the attribute is needed before any launch.
+  // Both storage types have the same resources; the attribute is needed before any launch (the
+  // 16-row kernels' is the one-per-SM request, the most they are launched with).
   const bool ok =
       cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 &&
       cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
       cudaDeviceGetAttribute(&f.major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-      cudaFuncSetAttribute(attention_kernel<__half, d, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+      cudaFuncSetAttribute(attention_kernel<__half, d, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, alone) ==
           cudaSuccess &&
-      cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+      cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, alone) ==
           cudaSuccess &&
       cudaFuncSetAttribute(attention_kernel<__half, d, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2) ==
           cudaSuccess &&
@@ -606,6 +612,24 @@ int m_tiles(const Problem& p) {
 int64_t row_tiles(const Problem& p) { return ceil_div<int64_t>(p.group() * p.Nq, int64_t(B_r) * m_tiles(p)); }
 int splits(const Problem& p) { return splits_for(p, m_tiles(p)); }
 
+// One block per SM instead of two, for an unsplit grid of 16-row tiles at d = 128 with three blocks per
+// SM or more (B ≥ 16 in the decode sweep): such a grid is a pure stream of K and V at the memory's
+// rate, and the SMs' 64 KiB of copies in flight each stream it faster than 128 KiB. Runs 133 (H200) and
+// 134 (H100), 10b's kernel asking 116 KiB against its two per SM, beside cuDNN, two interleaved rounds,
+// B 16 and 64, H_kv 8 and 32, Nq 1 and 4, Nk 8192–131072: at 512 and 2048 blocks 0.0–2.3% faster on
+// the H200 (B 64, H_kv 8, Nq 1, Nk 131072: 7459–7462 µs against 7585–7607; cuDNN 7574–7612) and
+// 0.4–1.3% on the H100 (B 64, H_kv 8, Nq 1, Nk 8192: 690.2–690.5 against 697.9–698.3; cuDNN
+// 698.6–699.5), except one H100 point 0.3% slower (B 64, H_kv 32, Nq 4, Nk 32768: 11124–11131
+// against 11093–11097). At 128 blocks it is the same
+// launch (one per SM either way). Below three waves of one per SM the last wave would hold a larger
+// share of the read, with too few blocks to keep up with the memory: not measured, left at two per
+// SM; and d = 64 (6 stages, the same 96 KiB) was not measured either.
+bool one_per_sm(const Problem& p) {
+  if (p.d != 128 || m_tiles(p) != 1 || splits(p) != 1) return false;
+  const int sms = facts_for(p.d).sms;
+  return sms > 0 && p.B * p.H_kv * row_tiles(p) >= 3 * int64_t(sms);
+}
+
 size_t workspace_bytes(const Problem& p) {
   const int64_t S = splits(p);
   if (S == 1) return 0;  // the split kernel writes O and L itself
@@ -638,7 +662,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
   const DeviceFacts f = device_facts<d>();  // also sets the kernel's shared-memory attribute
   if (f.sms == 0) {  // the query failed: set the attributes here, so that the failure is reported
     FL_CUDA(cudaFuncSetAttribute(attention_kernel<T, d, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 int(Tiles<d>::kSmem)));
+                                 int(Tiles<d>::kSmemAlone)));
     FL_CUDA(cudaFuncSetAttribute(attention_kernel<T, d, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  int(Tiles<d, 2>::kSmem)));
   }
@@ -657,7 +681,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
   if (m_tiles(p) == 2)
     split(attention_kernel<T, d, 2>, Tiles<d, 2>::kSmem);
   else
-    split(attention_kernel<T, d, 1>, Tiles<d>::kSmem);
+    split(attention_kernel<T, d, 1>, one_per_sm(p) ? Tiles<d>::kSmemAlone : Tiles<d>::kSmem);
   FL_CUDA(cudaGetLastError());
   if (S == 1) return;
   cudaLaunchConfig_t cfg = {};

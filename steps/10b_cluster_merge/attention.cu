@@ -644,6 +644,14 @@ int m_tiles(const Problem& p) {
 int64_t row_tiles(const Problem& p) { return ceil_div<int64_t>(p.group() * p.Nq, int64_t(B_r) * m_tiles(p)); }
 int splits(const Problem& p) { return splits_for(p, m_tiles(p)); }
 
+// One block per SM for an unsplit grid of 16-row tiles at d = 128 with three blocks per SM or more,
+// as step 10 (its one_per_sm: runs 133 and 134 timed this kernel with and without it).
+bool one_per_sm(const Problem& p) {
+  if (p.d != 128 || m_tiles(p) != 1 || splits(p) != 1) return false;
+  const int sms = facts_for(p.d).sms;
+  return sms > 0 && p.B * p.H_kv * row_tiles(p) >= 3 * int64_t(sms);
+}
+
 // Where the clusters cannot read fast enough: a tile's splits are one cluster, so 10b streams on S
 // blocks per tile (S ≤ 16, and lowered until every cluster is resident), where step 10's splits are
 // free blocks (up to 30 per tile). One of these blocks reads ≈ 48.8 GB/s when the SM, not the memory,
@@ -719,7 +727,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(p.B * p.H_kv * T_r * S));
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = S > 1 ? Tiles<d>::kSmemAlone : Tiles<d, R>::kSmem;  // S = 1: two blocks per SM, as step 10
+  cfg.dynamicSmemBytes = S > 1 || one_per_sm(p) ? Tiles<d>::kSmemAlone : Tiles<d, R>::kSmem;  // else two per SM
   cfg.stream = static_cast<cudaStream_t>(a.stream);
   cudaLaunchAttribute cluster[1];
   cluster[0].id = cudaLaunchAttributeClusterDimension;
