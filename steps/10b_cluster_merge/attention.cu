@@ -64,7 +64,8 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxSplits = 16;  // S: at most one cluster of blocks (Hopper's non-portable maximum), see above
 
 // kStages warp tiles of K and V per warp ring: 96 KiB of ring per block at d = 64 and 128, so two
-// blocks (8 warps, 2·4·(kStages − 1) tiles in flight) share an SM.
+// blocks (8 warps, 2·4·(kStages − 1) tiles in flight) can share an SM; one_per_sm() says when one
+// block per SM is asked for instead (kSmemAlone).
 // R: the row tile's m-tiles of B_r rows, 1 or 2. With R = 2 a tile of 32 rows has each warp multiply
 // both halves by the K and V fragments it loaded once: the keys are read by half as many blocks
 // (m_tiles() says where that pays).
@@ -75,8 +76,9 @@ struct Tiles {
   static constexpr int kTileElems = B_w * d;                               // one K or V warp tile
   static constexpr int kRingElems = kWarps * kStages * 2 * kTileElems;     // every warp's K and V slots
   static constexpr size_t kSmem = size_t(kRows * d + kRingElems) * 2;      // Q tile + rings (16-bit T)
-  // What a split launch (S > 1) asks for instead: more than half of an SM's 228 KiB, so that one block
-  // of a cluster runs per SM (the extra 16 KiB are not used). Measured on H100s, B 1, H_kv 8, Nk 32768:
+  // What a launch asks for to run one block per SM: more than half of an SM's 228 KiB (the extra
+  // 16 KiB are not used). Every split launch (S > 1) asks for it, so that the blocks of a cluster run
+  // one per SM. Measured on H100s, B 1, H_kv 8, Nk 32768:
   //  - with kSmem two blocks fit an SM: run 80 (S = 15) timed the split kernel at 55.4 µs against step
   //    10's 47.0, which we read as the cluster scheduler putting a cluster's blocks two to an SM (half
   //    of a GPC's SMs idle; not observed directly);
@@ -644,8 +646,18 @@ int m_tiles(const Problem& p) {
 int64_t row_tiles(const Problem& p) { return ceil_div<int64_t>(p.group() * p.Nq, int64_t(B_r) * m_tiles(p)); }
 int splits(const Problem& p) { return splits_for(p, m_tiles(p)); }
 
-// One block per SM for an unsplit grid of 16-row tiles at d = 128 with three blocks per SM or more,
-// as step 10 (its one_per_sm: runs 133 and 134 timed this kernel with and without it).
+// One block per SM instead of two, for an unsplit grid of 16-row tiles at d = 128 with three blocks per
+// SM or more (B ≥ 16 in the decode sweep): such a grid is a pure stream of K and V at the memory's
+// rate, and the SMs' 64 KiB of copies in flight each stream it faster than 128 KiB. Runs 133 (H200) and
+// 134 (H100), 10b's kernel asking 116 KiB against its two per SM, beside cuDNN, two interleaved rounds,
+// B 16 and 64, H_kv 8 and 32, Nq 1 and 4, Nk 8192–131072: at 512 and 2048 blocks 0.0–2.3% faster on
+// the H200 (B 64, H_kv 8, Nq 1, Nk 131072: 7459–7462 µs against 7585–7607; cuDNN 7574–7612) and
+// 0.4–1.3% on the H100 (B 64, H_kv 8, Nq 1, Nk 8192: 690.2–690.5 against 697.9–698.3; cuDNN
+// 698.6–699.5), except one H100 point 0.3% slower (B 64, H_kv 32, Nq 4, Nk 32768: 11124–11131
+// against 11093–11097). At 128 blocks it is the same
+// launch (one per SM either way). Below three waves of one per SM the last wave would hold a larger
+// share of the read, with too few blocks to keep up with the memory: not measured, left at two per
+// SM; and d = 64 (6 stages, the same 96 KiB) was not measured either.
 bool one_per_sm(const Problem& p) {
   if (p.d != 128 || m_tiles(p) != 1 || splits(p) != 1) return false;
   const int sms = facts_for(p.d).sms;
