@@ -647,17 +647,17 @@ int64_t row_tiles(const Problem& p) { return ceil_div<int64_t>(p.group() * p.Nq,
 int splits(const Problem& p) { return splits_for(p, m_tiles(p)); }
 
 // One block per SM instead of two, for an unsplit grid of 16-row tiles at d = 128 with three blocks per
-// SM or more (B ≥ 16 in the decode sweep): such a grid is a pure stream of K and V at the memory's
-// rate, and the SMs' 64 KiB of copies in flight each stream it faster than 128 KiB. Runs 133 (H200) and
-// 134 (H100), 10b's kernel asking 116 KiB against its two per SM, beside cuDNN, two interleaved rounds,
-// B 16 and 64, H_kv 8 and 32, Nq 1 and 4, Nk 8192–131072: at 512 and 2048 blocks 0.0–2.3% faster on
-// the H200 (B 64, H_kv 8, Nq 1, Nk 131072: 7459–7462 µs against 7585–7607; cuDNN 7574–7612) and
-// 0.4–1.3% on the H100 (B 64, H_kv 8, Nq 1, Nk 8192: 690.2–690.5 against 697.9–698.3; cuDNN
-// 698.6–699.5), except one H100 point 0.3% slower (B 64, H_kv 32, Nq 4, Nk 32768: 11124–11131
-// against 11093–11097). At 128 blocks it is the same
-// launch (one per SM either way). Below three waves of one per SM the last wave would hold a larger
-// share of the read, with too few blocks to keep up with the memory: not measured, left at two per
-// SM; and d = 64 (6 stages, the same 96 KiB) was not measured either.
+// SM or more (in the decode sweep: B 16 and 64 at H_kv 32, B 64 at H_kv 8). Such a grid is a pure
+// stream of K and V at the memory's rate, and with 64 KiB of copies in flight per SM instead of 128 the
+// same bytes stream faster. Runs 133 (H200) and 134 (H100), 10b's kernel asking 116 KiB against its
+// two per SM, beside cuDNN, two interleaved rounds, B 16 and 64, H_kv 8 and 32, Nq 1 and 4, Nk
+// 8192–131072: at 512 and 2048 blocks 0.0–2.3% faster on the H200 (B 64, H_kv 8, Nq 1, Nk 131072:
+// 7459–7462 µs against 7585–7607; cuDNN 7574–7612) and 0.4–1.3% on the H100 (B 64, H_kv 8, Nq 1, Nk
+// 8192: 690.2–690.5 against 697.9–698.3; cuDNN 698.6–699.5), except one H100 point 0.3% slower (B 64,
+// H_kv 32, Nq 4, Nk 32768: 11124–11131 against 11093–11097). At 128 blocks it is the same launch (one
+// per SM either way). Below three waves of one per SM the last wave would hold a larger share of the
+// read, on too few blocks to keep up with the memory: not measured, left at two per SM; d = 64 (6
+// stages, the same 96 KiB) was not measured either.
 bool one_per_sm(const Problem& p) {
   if (p.d != 128 || m_tiles(p) != 1 || splits(p) != 1) return false;
   const int sms = facts_for(p.d).sms;
@@ -672,8 +672,8 @@ bool one_per_sm(const Problem& p) {
 // blocks_for_memory() = ⌈0.9·peak / 48.8 GB/s⌉ blocks to keep up with the memory, 62 on an H100 and
 // 89 on an H200 (run 128). Every K/V byte is read by the T_r row tiles of its head, so 10b needs
 // min(SMs, blocks_for_memory()·T_r) blocks; with fewer (on an H100 B 1 and H_kv ≤ 2 at Nq 1, H_kv ≤ 4 at
-// Nq 4; on an H200 also H_kv 4 and 8 at Nq 1 and 4) step 10's extra blocks win once the splits are long
-// enough. Run 107 (H100, B 1, H 32, d 128, step 10 with its merge kernel of one block per row), 10b's
+// Nq 4; on an H200 also H_kv 4 and 8 at Nq 1, H_kv 8 at Nq 4) step 10's extra blocks win once the splits
+// are long enough. Run 107 (H100, B 1, H 32, d 128, step 10 with its merge kernel of one block per row), 10b's
 // own clusters against step 10: H_kv 1 and 2, Nq 1 1.03-1.07× at Nk 8192 (512 keys per split),
 // 0.59-0.74× at 32768 (2048); Nq 4 0.89× at 8192 (910 keys), 0.72-0.73× at 32768. (Run 94, before that
 // merge kernel, had put the line at 2048 keys.) Run 127 (the first H200 run of 10b, with the line
