@@ -112,6 +112,11 @@ int guarded(F&& f) {
 
 }  // namespace
 
+namespace fl {
+void read_stream(const void* k, const void* v, int64_t heads, int64_t n, int64_t row_bytes, int64_t blocks,
+                 void* stream);  // app/read_stream.cu
+}  // namespace fl
+
 extern "C" {
 
 const char* fl_last_error() { return g_error.c_str(); }
@@ -171,6 +176,14 @@ int fl_forward(const char* step, int64_t B, int64_t H, int64_t H_kv, int64_t Nq,
     const fl::Step& s = step_or_throw(step, p, false);
     in_step(s, [&] { s.impl->forward(p, with_variants(fl::ForwardArgs{q, k, v, o, lse, ws, stream})); });
   });
+}
+
+/// A kernel that only reads: K and V ([heads][n][row_bytes] each) streamed through shared memory once,
+/// with about `blocks` thread blocks (app/read_stream.cu). compare_torch.py times it at every decode
+/// point beside the steps: the time any kernel of this shape needs for the call's bytes.
+int fl_read_stream(const void* k, const void* v, int64_t heads, int64_t n, int64_t row_bytes, int64_t blocks,
+                   void* stream) {
+  return guarded([&] { fl::read_stream(k, v, heads, n, row_bytes, blocks, stream); });
 }
 
 int fl_backward(const char* step, int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64_t d, int causal,

@@ -12,6 +12,10 @@ precision); our output passes when max|ours - oracle| <= 2 max|baseline - oracle
 
 Writes one JSON record per measurement (impl = step folder, torch_flash, torch_cudnn) and prints a
 table of ratios. FLOPs: forward 4·B·H·N²·d (halved when causal), backward 2.5x forward.
+
+The decode sweep (--sweeps decode) also records the device-to-device copy (impl d2d_copy) and, at every
+point, a kernel that only reads the point's K and V (impl read_stream, pass read: fl_read_stream,
+app/read_stream.cu; --no-decode-read skips it): the time any kernel of that shape needs for the bytes.
 """
 import argparse
 import ctypes
@@ -43,6 +47,9 @@ def load(lib_path):
     lib.fl_backward.restype = ci
     lib.fl_set_deterministic.argtypes = [ci]
     lib.fl_set_deterministic.restype = None
+    if hasattr(lib, "fl_read_stream"):  # a library built before it has none: the decode sweep then skips it
+        lib.fl_read_stream.argtypes = [vp, vp, i64, i64, i64, i64, vp]
+        lib.fl_read_stream.restype = ci
     return lib
 
 
@@ -379,6 +386,33 @@ def decode_sweep(args, lib, env, out):
                                 del sets_x
                             except Exception as e2:
                                 print(f"  {name} B={B} H_kv={H_kv} Nq={Nq} Nk={Nk} (expanded K, V): {e2}", file=sys.stderr)
+                    # A kernel that only reads the same K and V (app/read_stream.cu), timed as the steps are: how
+                    # long any kernel of this shape takes for the call's bytes (scripts/bars.py sets it beside the
+                    # 85% bar). About two blocks per SM, at least one per (batch, K/V head).
+                    read = None
+                    if args.decode_read:
+                        try:
+                            if not hasattr(lib, "fl_read_stream"):
+                                raise RuntimeError("the library has no fl_read_stream (built before it; --no-decode-read)")
+                            grid = max(B * H_kv, 2 * props.multi_processor_count)
+
+                            def read_kv(s):
+                                stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+                                if lib.fl_read_stream(s["k"].data_ptr(), s["v"].data_ptr(), B * H_kv, Nk, d * 2, grid, stream):
+                                    raise RuntimeError(lib.fl_last_error().decode())
+                            t = time_launches(read_kv, sets, args.warmup, args.reps, lead_in_cycles=LEAD_IN,
+                                              settle_ms=args.decode_settle_ms)
+                            read = {"impl": "read_stream", "pass": "read", "dtype": dt, "B": B, "H": H, "H_kv": H_kv,
+                                    "Nq": Nq, "Nk": Nk, "d": d, "causal": causal, **t, "kv_bytes": kv_bytes,
+                                    "kv_bytes_per_s": kv_bytes / (t["median_ms"] * 1e-3), "copy_bytes_per_s": copy_bw,
+                                    "blocks_asked": grid, **env, "suite": "compare_torch_decode"}
+                            read["kv_frac_of_copy"] = read["kv_bytes_per_s"] / copy_bw
+                            if out:
+                                out.write(json.dumps(read) + "\n")
+                                out.flush()
+                        except Exception as e:
+                            print(f"  read_stream B={B} H_kv={H_kv} Nk={Nk}: {e}", file=sys.stderr)
+                            failures.append(f"read_stream decode B={B} H_kv={H_kv} Nk={Nk}: {e}")
                     del sets
                     torch.cuda.empty_cache()
                     cells = "  ".join(f"{k} {r['tflops']:5.1f} TF {r['kv_bytes_per_s'] / 1e12:4.2f} TB/s"
@@ -391,6 +425,8 @@ def decode_sweep(args, lib, env, out):
                             row["torch_flash"]["median_ms"] / ms if "torch_flash" in row else float("nan"),
                             row["torch_cudnn"]["median_ms"] / ms if "torch_cudnn" in row else float("nan"),
                             row[top]["kv_frac_of_copy"], n=n)
+                    if read:
+                        ratio += f"  read-only kernel at {read['kv_frac_of_copy']:.0%}"
                     print(f"B={B:2d} H_kv={H_kv:2d} Nq={Nq} Nk={Nk:6d}: {cells}{ratio}", flush=True)
     return failures
 
@@ -429,6 +465,8 @@ def main():
                          "(run 45 on an H100 timed the first implementation of a point up to 16%% low without it)")
     ap.add_argument("--decode-max-bytes", type=float, default=40 * 2**30,
                     help="skip decode points whose K+V exceed this many bytes (B=64, H_kv=32, Nk=131072 is 128 GiB)")
+    ap.add_argument("--no-decode-read", dest="decode_read", action="store_false",
+                    help="decode sweep: do not time the read-only kernel (fl_read_stream) at each point")
     ap.add_argument("--decode-check-max-bytes", type=float, default=512 * 2**20,
                     help="check decode outputs against fp64 math up to this many K+V bytes")
     args = ap.parse_args()

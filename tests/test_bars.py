@@ -118,6 +118,30 @@ class Bars(unittest.TestCase):
         self.assertIn("| 1 | 8 | 1 | 8192 | – | 1.68 | 4: 1.34 | – | 1.00 |", out)
         self.assertNotIn("Step 10's number of splits S", out)
 
+    def test_decode_read_only_kernel_beside_the_copy_bar(self):
+        # compare_torch's read_stream records (a kernel that only reads the point's K and V): B 1, H_kv 8,
+        # Nk 8192 in 14.8 µs is 33554432 / 14.8e-6 = 2.27e12 B/s, 76% of a 3e12 copy; B 16, H_kv 8,
+        # Nk 32768 (2 GiB) in 690 µs is 104%. One record per size whatever Nq: the point's bytes.
+        def dec(impl, B, Nk, ms, tflops, pas="fwd"):
+            return {"impl": impl, "pass": pas, "dtype": "fp16", "d": 128, "causal": False, "B": B, "H": 32,
+                    "H_kv": 8, "Nq": 1, "Nk": Nk, "median_ms": ms, "tflops": tflops,
+                    "device": "made-up GPU", "commit": "abc", "date": "2026-11-27"}
+        recs = [{"impl": "d2d_copy", "pass": "copy", "bytes_per_s": 3e12, "device": "made-up GPU"},
+                dec("10_split_kv", 1, 8192, 0.022, 6.1), dec("torch_flash", 1, 8192, 0.03, 4.6),
+                dec("torch_cudnn", 1, 8192, 0.0225, 6.0),
+                dec("10_split_kv", 16, 32768, 0.6927, 12.4), dec("torch_flash", 16, 32768, 0.7, 12.2),
+                dec("torch_cudnn", 16, 32768, 0.6930, 12.3)]
+        reads = [dec("read_stream", 1, 8192, 0.0148, None, "read"), dec("read_stream", 16, 32768, 0.690, None, "read")]
+        out = decode_bars(recs + reads)
+        self.assertIn("B 1, H_kv 8, Nq 1, Nk 8192: 10.8 µs over, 2.0 allowed (a kernel that only reads the same "
+                      "bytes: 14.8 µs, 76% of the copy).", out)
+        self.assertIn("The read-only kernel reached 85% of the copy at 1 of the 2 sizes of K and V with Nk ≥ 8192; "
+                      "not at B 1, H_kv 8, Nk 8192: 76%.", out)
+        # The read-only records are not a step's: the table and the counts are those without them.
+        table = lambda text: text.split("made-up GPU", 1)[1].split("\nUnder 85%")[0]  # past the file's name
+        self.assertEqual(table(decode_bars(recs)), table(out))
+        self.assertNotIn("read-only kernel", decode_bars(recs))
+
 
 class DecodeRepetitions(unittest.TestCase):
     def test_met_in_k_of_n(self):
