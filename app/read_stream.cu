@@ -3,13 +3,13 @@
 // scripts/compare_torch.py can time it beside the steps at every decode point: how long does any kernel
 // of this shape take to read the bytes that the call must read, timed the same way in the same run?
 // Issue 17's bar asks ≥ 85% of the copy's bandwidth; at B 1, H_kv 8, Nk 8192 (33.5 MB) a read-only
-// program took at least 11.3 µs on an H200 and 14.8 on an H100 (67–75% of the copy), where the bar
+// program took at least 11.3 µs on an H200 and 14.8 on an H100 (68–75% of the copy), where the bar
 // allows 9.2 and 13.1 (runs 128–131, docs/results/explorations/…-read-floor.*). Not a step.
 //
 // Block x reads keys [t0, t1) (in tiles of 64 rows) of head x / chunks, chunk x % chunks, of K and of V:
 // [heads][n][row_bytes] each, rows contiguous. Every thread copies 16-byte pieces (cp.async) into a ring
 // of 3 stages, one barrier per stage; the last tile of a head may be partial. Of run 129's read-only
-// variants (per-warp rings as in steps 10/10b, block-wide rings, 1-D bulk copies) this one was within 1%
+// variants (per-warp rings as in steps 10/10b, block-wide rings, 1-D bulk copies) this one was within 1.5%
 // of the fastest at the decode sizes on both GPUs.
 #include <cuda_runtime.h>
 
