@@ -14,6 +14,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "scripts", "bars.py")
 
 
+def decode_rec(impl, B, Nk, ms, tflops, pas="fwd"):
+    """A decode record at H 32, H_kv 8, Nq 1, d 128, fp16."""
+    return {"impl": impl, "pass": pas, "dtype": "fp16", "d": 128, "causal": False, "B": B, "H": 32,
+            "H_kv": 8, "Nq": 1, "Nk": Nk, "median_ms": ms, "tflops": tflops,
+            "device": "made-up GPU", "commit": "abc", "date": "2026-11-27"}
+
+
+def two_decode_points():
+    """A copy at 3e12 B/s and two points, step 10, FLASH and cuDNN each: B 1, Nk 8192 and B 16, Nk 32768."""
+    dec = decode_rec
+    return [{"impl": "d2d_copy", "pass": "copy", "bytes_per_s": 3e12, "device": "made-up GPU"},
+            dec("10_split_kv", 1, 8192, 0.022, 6.1), dec("torch_flash", 1, 8192, 0.03, 4.6),
+            dec("torch_cudnn", 1, 8192, 0.0225, 6.0),
+            dec("10_split_kv", 16, 32768, 0.6927, 12.4), dec("torch_flash", 16, 32768, 0.7, 12.2),
+            dec("torch_cudnn", 16, 32768, 0.6930, 12.3)]
+
+
 def rec(impl, pas, n, tflops, d=128, causal=False):
     return {"impl": impl, "pass": pas, "dtype": "fp16", "d": d, "causal": causal, "B": 16384 // n,
             "H": 2048 // d, "H_kv": 2048 // d, "Nq": n, "Nk": n, "tflops": tflops, "median_ms": 1.0,
@@ -80,15 +97,8 @@ class Bars(unittest.TestCase):
         # d2d copy at 3e12 B/s (read + write). B 1, H_kv 8, Nk 8192: K+V = 33554432 bytes, 11.2 µs at the
         # copy's speed; step 10 takes 22.0 µs (51%): 10.8 µs over, where 85% allows 0.176 × 11.2 = 2.0.
         # B 16, H_kv 8, Nk 32768: 2 GiB in 692.7 µs (103% of the copy), faster than both torch rows: met.
-        def dec(impl, B, Nk, ms, tflops):
-            return {"impl": impl, "pass": "fwd", "dtype": "fp16", "d": 128, "causal": False, "B": B, "H": 32,
-                    "H_kv": 8, "Nq": 1, "Nk": Nk, "median_ms": ms, "tflops": tflops,
-                    "device": "made-up GPU", "commit": "abc", "date": "2026-11-27"}
-        recs = [{"impl": "d2d_copy", "pass": "copy", "bytes_per_s": 3e12, "device": "made-up GPU"},
-                dec("10_split_kv", 1, 8192, 0.022, 6.1), dec("torch_flash", 1, 8192, 0.03, 4.6),
-                dec("torch_cudnn", 1, 8192, 0.0225, 6.0),
-                dec("10_split_kv", 16, 32768, 0.6927, 12.4), dec("torch_flash", 16, 32768, 0.7, 12.2),
-                dec("torch_cudnn", 16, 32768, 0.6930, 12.3)]
+        dec = decode_rec
+        recs = two_decode_points()
         out = decode_bars(recs)
         self.assertIn("| 1 | 32 | 8 | 1 | 8192 | 22.0 | 11.2 | 6.1 | 1.53 | 51% | 1.33 | 1.02 | **no** |", out)
         self.assertIn("| 16 | 32 | 8 | 1 | 32768 | 692.7 | 715.8 | 12.4 | 3.10 | 103% | 1.02 | 1.01 | yes |", out)
@@ -122,16 +132,9 @@ class Bars(unittest.TestCase):
         # compare_torch's read_stream records (a kernel that only reads the point's K and V): B 1, H_kv 8,
         # Nk 8192 in 14.8 µs is 33554432 / 14.8e-6 = 2.27e12 B/s, 76% of a 3e12 copy; B 16, H_kv 8,
         # Nk 32768 (2 GiB) in 690 µs is 104%. One record per size whatever Nq: the point's bytes.
-        def dec(impl, B, Nk, ms, tflops, pas="fwd"):
-            return {"impl": impl, "pass": pas, "dtype": "fp16", "d": 128, "causal": False, "B": B, "H": 32,
-                    "H_kv": 8, "Nq": 1, "Nk": Nk, "median_ms": ms, "tflops": tflops,
-                    "device": "made-up GPU", "commit": "abc", "date": "2026-11-27"}
-        recs = [{"impl": "d2d_copy", "pass": "copy", "bytes_per_s": 3e12, "device": "made-up GPU"},
-                dec("10_split_kv", 1, 8192, 0.022, 6.1), dec("torch_flash", 1, 8192, 0.03, 4.6),
-                dec("torch_cudnn", 1, 8192, 0.0225, 6.0),
-                dec("10_split_kv", 16, 32768, 0.6927, 12.4), dec("torch_flash", 16, 32768, 0.7, 12.2),
-                dec("torch_cudnn", 16, 32768, 0.6930, 12.3)]
-        reads = [dec("read_stream", 1, 8192, 0.0148, None, "read"), dec("read_stream", 16, 32768, 0.690, None, "read")]
+        recs = two_decode_points()
+        reads = [decode_rec("read_stream", 1, 8192, 0.0148, None, "read"),
+                 decode_rec("read_stream", 16, 32768, 0.690, None, "read")]
         out = decode_bars(recs + reads)
         self.assertIn("B 1, H_kv 8, Nq 1, Nk 8192: 10.8 µs over, 2.0 allowed (a kernel that only reads the same "
                       "bytes: 14.8 µs, 76% of the copy).", out)
