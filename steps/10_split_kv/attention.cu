@@ -540,8 +540,9 @@ int64_t requested_splits() {
 // chunks are shorter, or empty), and with a window's left edge at most Nq + left of them: a tile's
 // rows i ∈ [0, Nq) start at key_lo(0) = n_k − Nq − left at the earliest and end at n_k at the latest.
 // Counting Nk instead would split a window as if the whole cache were read: on 132 SMs a window of
-// 256 keys (17 key tiles) in a cache of 131072 would get the cache's 30 splits, 13 of them empty, 30
-// partials and a merge for 257 keys; counted as visited, it gets none (the 256-key floor).
+// 256 keys (17 key tiles) in a cache of 131072 would get the cache's 16 splits (B 1, H_kv 8) of one or
+// two key tiles each, 16 partials and a merge for 257 keys; counted as visited, it gets none (the
+// 256-key floor).
 int64_t keys_visited(const Problem& p) {
   int64_t n = 0;
   for (int64_t b = 0; b < p.B; ++b) n = std::max(n, p.seqlen_k(b));
@@ -554,9 +555,17 @@ int64_t keys_visited(const Problem& p) {
 //    asks for more, at least max(256, 32·rows) keys per split: a split costs a fixed prologue (Q, the
 //    ring filling) and a partial of rows·d·4 bytes written and read again, 2·rows/keys of the K/V
 //    bytes; 32·rows keeps that under 7%.
-//  - Within that, enough blocks to give 90% of the SMs one each (blocks_wanted): the smallest S with
-//    B·H_kv·T_r·S ≥ 0.9·SMs, and no split once the grid has that many (FlashAttention-2's
-//    num_splits_heuristic stops at 80%). A block here keeps 64 KiB of K and V in flight, and one per SM
+//  - Within that, enough blocks to give 90% of the SMs one each (blocks_wanted): at least the smallest
+//    S with B·H_kv·T_r·S ≥ 0.9·SMs, and no split once the grid has that many (FlashAttention-2's
+//    num_splits_heuristic stops at 80%). Then more, if more still fit one wave (block_slots: one block
+//    per SM, two from d rows below; S = ⌊slots / (B·H_kv·T_r)⌋): 90% counts blocks, not SMs, and an SM
+//    left without a block leaves its share of the read to the others. S forced at B 1, H 32, d 128 (runs 139 and
+//    140 on H100s, 128 on an H200): 8 tiles in 16 splits (128 blocks) against 15 (120) 0.8–2.4%
+//    faster at Nk 32768 and 131072 on the H100s (Nq 1, Nk 32768: 51.2–52.4 µs against 52.2–53.5),
+//    0.5–1.3% on the H200 at 8192 and 32768, and within ±1.6% either way at 8192 on the H100s; 4 tiles
+//    of 32 rows at M = 128 (two per SM: 66 splits, 264 blocks, against 60) 8% faster at Nk 131072
+//    (56.2–57.4 µs against 61.7–62.0; at 32768 the 512-key floor stops it at 64: 1.7%); 4 tiles of 16 rows, 33 splits against 30, ±1% (32, not
+//    chosen, was 1–4% faster than both). A block here keeps 64 KiB of K and V in flight, and one per SM
 //    already streams at the copy's rate: run 46 (H100, --decode-splits) found S = 16, 4 and 1 fastest for
 //    8, 32 and 128 unsplit blocks. The first rule, which filled every block slot (2 per SM) to the last
 //    wave, took S = 29–30, 8 and 2 there: up to 16% slower (README.md, "How many splits").
@@ -570,7 +579,8 @@ int64_t keys_visited(const Problem& p) {
 //    32 120.1). Run 120 (d 64, M = 64): about 256 at 5 of 6 points (B 16, H_kv 4, Nq 8, Nk 32768: 128
 //    tiles of 32 rows in 2 splits 227.4 µs, unsplit 273.2; B 4: 8 splits 61.9 µs, 4 splits 76.9); at
 //    the sixth (B 1, Nk 131072) 128 blocks were the fastest of S ≤ 16.
-double blocks_wanted(const Problem& p, int sms) { return (p.group() * p.Nq >= p.d ? 2 : 1) * 0.9 * double(sms); }
+int64_t block_slots(const Problem& p, int sms) { return (p.group() * p.Nq >= p.d ? 2 : 1) * int64_t(sms); }
+double blocks_wanted(const Problem& p, int sms) { return 0.9 * double(block_slots(p, sms)); }
 
 int splits_for(const Problem& p, int R) {  // with row tiles of 16R rows
   const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, int64_t(B_r) * R);
@@ -585,7 +595,8 @@ int splits_for(const Problem& p, int R) {  // with row tiles of 16R rows
   if (s_max <= 1) return 1;
   const double blocks = double(p.B * p.H_kv * T_r), target = blocks_wanted(p, f.sms);
   if (blocks >= target) return 1;
-  return int(std::min<int64_t>(s_max, int64_t(std::ceil(target / blocks))));
+  const int64_t reach = int64_t(std::ceil(target / blocks)), fill = block_slots(p, f.sms) / int64_t(blocks);
+  return int(std::min<int64_t>(s_max, std::max(reach, fill)));
 }
 
 // The grid with row tiles of 16R rows: B·H_kv·T_r·S blocks.

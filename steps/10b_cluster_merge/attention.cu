@@ -565,8 +565,9 @@ int64_t requested_splits() {
 // chunks are shorter, or empty), and with a window's left edge at most Nq + left of them: a tile's
 // rows i ∈ [0, Nq) start at key_lo(0) = n_k − Nq − left at the earliest and end at n_k at the latest.
 // Counting Nk instead would split a window as if the whole cache were read: on 132 SMs a window of
-// 256 keys (17 key tiles) in a cache of 131072 would get the cache's 30 splits, 13 of them empty, 30
-// partials and a merge for 257 keys; counted as visited, it gets none (the 256-key floor).
+// 256 keys (17 key tiles) in a cache of 131072 would get the cache's 16 splits (B 1, H_kv 8) of one or
+// two key tiles each, 16 partials and a merge for 257 keys; counted as visited, it gets none (the
+// 256-key floor).
 int64_t keys_visited(const Problem& p) {
   int64_t n = 0;
   for (int64_t b = 0; b < p.B; ++b) n = std::max(n, p.seqlen_k(b));
@@ -579,9 +580,12 @@ int64_t keys_visited(const Problem& p) {
 //    asks for more, at least max(256, 32·rows) keys per split: a split costs a fixed prologue (Q, the
 //    ring filling) and a partial of rows·d·4 bytes written and read again, 2·rows/keys of the K/V
 //    bytes; 32·rows keeps that under 7%.
-//  - Within that, enough blocks to give 90% of the SMs one each (blocks_wanted): the smallest S with
-//    B·H_kv·T_r·S ≥ 0.9·SMs, and no split once the grid has that many (FlashAttention-2's
-//    num_splits_heuristic stops at 80%). A block here keeps 64 KiB of K and V in flight, and one per SM
+//  - Within that, enough blocks to give 90% of the SMs one each (blocks_wanted): at least the smallest
+//    S with B·H_kv·T_r·S ≥ 0.9·SMs, and no split once the grid has that many (FlashAttention-2's
+//    num_splits_heuristic stops at 80%). Then more, if more still fit one wave (block_slots: one block
+//    per SM, two from d rows below; S = ⌊slots / (B·H_kv·T_r)⌋): 90% counts blocks, not SMs, and an SM
+//    left without a block leaves its share of the read to the others (runs 128, 139, 140: step 10's
+//    attention.cu). A block here keeps 64 KiB of K and V in flight, and one per SM
 //    already streams at the copy's rate: run 46 (H100, --decode-splits) found S = 16, 4 and 1 fastest for
 //    8, 32 and 128 unsplit blocks. The first rule, which filled every block slot (2 per SM) to the last
 //    wave, took S = 29–30, 8 and 2 there: up to 16% slower (README.md, "How many splits").
@@ -597,7 +601,8 @@ int64_t keys_visited(const Problem& p) {
 //    the sixth (B 1, Nk 131072) 128 blocks were the fastest of S ≤ 16.
 //    (A split launch here runs one block per SM: the clusters' residency below mostly lowers that S
 //    again, and uses_step10 sends most such problems to step 10's blocks.)
-double blocks_wanted(const Problem& p, int sms) { return (p.group() * p.Nq >= p.d ? 2 : 1) * 0.9 * double(sms); }
+int64_t block_slots(const Problem& p, int sms) { return (p.group() * p.Nq >= p.d ? 2 : 1) * int64_t(sms); }
+double blocks_wanted(const Problem& p, int sms) { return 0.9 * double(block_slots(p, sms)); }
 
 int splits_for(const Problem& p, int R) {  // with row tiles of 16R rows
   const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, int64_t(B_r) * R);
@@ -612,7 +617,8 @@ int splits_for(const Problem& p, int R) {  // with row tiles of 16R rows
   if (s_max <= 1) return 1;
   const double blocks = double(p.B * p.H_kv * T_r), target = blocks_wanted(p, f.sms);
   if (blocks >= target) return 1;
-  int64_t S = std::min<int64_t>(s_max, int64_t(std::ceil(target / blocks)));
+  const int64_t reach = int64_t(std::ceil(target / blocks)), fill = block_slots(p, f.sms) / int64_t(blocks);
+  int64_t S = std::min<int64_t>(s_max, std::max(reach, fill));
   // And all B·H_kv·T_r clusters at once: a cluster runs inside one GPC, so clusters of S blocks may not
   // all fit where S·clusters SMs would (a GPC of 16 SMs holds one cluster of 9, not 1.8). A cluster
   // left for a second wave would double the time: take the largest S up to here whose clusters fit.
