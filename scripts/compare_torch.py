@@ -403,7 +403,8 @@ def decode_sweep(args, lib, env, out):
                             t = time_launches(read_kv, sets, args.warmup, args.reps, lead_in_cycles=LEAD_IN,
                                               settle_ms=args.decode_settle_ms)
                             read = {"impl": "read_stream", "pass": "read", "dtype": dt, "B": B, "H": H, "H_kv": H_kv,
-                                    "Nq": Nq, "Nk": Nk, "d": d, "causal": causal, **t, "kv_bytes": kv_bytes,
+                                    "Nq": Nq, "Nk": Nk, "d": d, "causal": causal, **t, "tflops": None, "tol_used": None,
+                                    "kv_bytes": kv_bytes,
                                     "kv_bytes_per_s": kv_bytes / (t["median_ms"] * 1e-3), "copy_bytes_per_s": copy_bw,
                                     "blocks_asked": grid, **env, "suite": "compare_torch_decode"}
                             read["kv_frac_of_copy"] = read["kv_bytes_per_s"] / copy_bw
