@@ -265,6 +265,12 @@ def rows_of(step, root: str, build: str, probe: dict | None) -> tuple[list[list[
     """The table's rows, the notes under it, the target ptxas compiled for ("sm_90a"), and whether the
     rows carry a variant column."""
     obj = step_object(build, step.folder)
+    # A source changed after its object was built (an edit, or a `git checkout` undoing an experiment
+    # that was built): the report is of other code. 2026-11-27: a table was written from an experiment's
+    # objects after its source had been reverted, and CI's --check caught it a commit later.
+    for src in sorted(glob.glob(os.path.join(root, "steps", step.folder, "*.cu*"))):
+        if os.path.getmtime(src) > os.path.getmtime(obj) + 1:
+            raise Unavailable(f"{obj} is older than {os.path.relpath(src, root)}: build first (ninja -C {build})")
     report = ptxas_report(obj)
     kernels = ptxas_kernels(report)
     if not kernels:
