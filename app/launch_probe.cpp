@@ -2,6 +2,9 @@
 //
 //   flashladder_launches            one JSON object per line: {"kernel": <mangled name>, "step": <folder>,
 //                                   "threads": block size, "dynamic_smem": bytes, "problem": …}
+//   flashladder_launches --splits   one JSON object per point of issue 17's decode sweep: the key splits S
+//                                   that step 10 chooses on this stand-in's 132 SMs, read from its
+//                                   workspace (scripts/splits_table.py writes step 10's table from it)
 //
 // scripts/resources_table.py writes each GPU step page's resources block from two things the build
 // already has: ptxas's report of every kernel (registers, spills, static shared memory; the build
@@ -174,8 +177,47 @@ void* fake(int i) { return reinterpret_cast<void*>(uintptr_t(0x7f0000000000) + (
 
 }  // namespace
 
-int main() {
+// --splits: issue 17's sweep (H = 32, d = 128, fp16), S = step 10's workspace / one split's partial (1
+// when it has none), as its rule chooses on the stand-in's 132 SMs.
+int print_splits() {
   using namespace fl;
+  const Step* s10 = nullptr;
+  for (const Step& s : ladder())
+    if (s.folder == "10_split_kv") s10 = &s;
+  if (!s10 || !s10->impl) {
+    std::cerr << "flashladder_launches --splits: step 10 is not in this build\n";
+    return 1;
+  }
+  for (int64_t B : {1, 16, 64})
+    for (int64_t H_kv : {8, 32})
+      for (int64_t Nq : {1, 4})
+        for (int64_t Nk : {1024, 8192, 32768, 131072}) {
+          Problem p;
+          p.B = B, p.H = 32, p.H_kv = H_kv, p.Nq = Nq, p.Nk = Nk, p.d = 128;
+          p.dtype = DType::f16;
+          const size_t per = size_t(p.lse_elems()) * size_t(p.d + 1) * sizeof(float);
+          const size_t ws = s10->impl->workspace_bytes(p);
+          std::cout << "{\"B\": " << B << ", \"H\": 32, \"H_kv\": " << H_kv << ", \"Nq\": " << Nq << ", \"Nk\": " << Nk
+                    << ", \"d\": 128, \"sms\": 132, \"splits\": " << (ws == 0 ? 1 : ws / per);
+          std::cout << "}\n";
+        }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  using namespace fl;
+  if (argc == 2 && (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)) {
+    std::cout << "flashladder_launches: every GPU step's kernel launches, recorded without a GPU (one JSON object\n"
+                 "per launch: step, pass, kernel, threads, dynamic shared memory, problem).\n"
+                 "  --splits   step 10's key splits S over issue 17's decode sweep on a stand-in of 132 SMs\n";
+    return 0;
+  }
+  if (argc == 2 && std::strcmp(argv[1], "--splits") == 0) return print_splits();
+  if (argc > 1) {
+    std::cerr << "flashladder_launches: unknown argument '" << argv[1] << "' (none: every launch; --splits: step "
+              << "10's key splits over issue 17's decode sweep)\n";
+    return 2;
+  }
   // Problems that reach every launch path of the ladder: square (causal and not), a decode problem
   // (step 10's split-KV path and merge), a long one (more splits, more blocks), and MQA with 4 query
   // rows (step 10's tiles of 32 rows: 128 packed rows, split).
