@@ -564,8 +564,8 @@ int64_t keys_visited(const Problem& p) {
 //    faster at Nk 32768 and 131072 on the H100s (Nq 1, Nk 32768: 51.2–52.4 µs against 52.2–53.5),
 //    0.5–1.3% on the H200 at 8192 and 32768, and within ±1.6% either way at 8192 on the H100s; 4 tiles
 //    of 32 rows at M = 128 (two per SM: 66 splits, 264 blocks, against 60) 8% faster at Nk 131072
-//    (56.2–57.4 µs against 61.7–62.0; at 32768 the 512-key floor stops it at 64: 1.7%); 4 tiles of 16 rows, 33 splits against 30, ±1% (32, not
-//    chosen, was 1–4% faster than both). A block here keeps 64 KiB of K and V in flight, and one per SM
+//    (56.2–57.4 µs against 61.7–62.0; at 32768 the 512-key floor stops it at 64: 1.7%); 4 tiles of
+//    16 rows, 33 splits against 30, ±1% (32, not chosen, was 1–4% faster than both). A block here keeps 64 KiB of K and V in flight, and one per SM
 //    already streams at the copy's rate: run 46 (H100, --decode-splits) found S = 16, 4 and 1 fastest for
 //    8, 32 and 128 unsplit blocks. The first rule, which filled every block slot (2 per SM) to the last
 //    wave, took S = 29–30, 8 and 2 there: up to 16% slower (README.md, "How many splits").
