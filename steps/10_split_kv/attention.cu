@@ -30,7 +30,8 @@
 //    tile of B_w = 16 keys of the block's chunk, and has its OWN ring of kStages K/V tiles in shared
 //    memory that only it fills (cp.async, 16-byte copies) and only it reads (ldmatrix): no block-wide
 //    barrier in the main loop, a warp waits for its own copies (cp.async.wait_group + __syncwarp), and
-//    kWarps·(kStages − 1) tiles of K and V are in flight per block (2 × 4 × 8 KiB at d = 128). The 4
+//    with 16-row tiles it sends the copies of its next tile before it waits for this one (2 × 4 × 8 KiB
+//    in flight per block while the warps wait at d = 128, half that while they multiply). The 4
 //    warps' (m, ℓ, O) are merged at the end through shared memory by the same rule in base 2 (the
 //    merge inside a block), then the blocks' by the merge kernel.
 //
@@ -67,15 +68,28 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxSplits = 256;  // S is clamped to this (and to the number of warp tiles)
 
-// kStages warp tiles of K and V per warp ring: 96 KiB of ring per block at d = 64 and 128, so two
-// blocks (8 warps, 2·4·(kStages − 1) tiles in flight) can share an SM; one_per_sm() says when one
-// block per SM is asked for instead (kSmemAlone).
+// kStages warp tiles of K and V per warp ring. A warp of a 16-row tile sends the copies of tile
+// k + kStages − 1 before it waits for tile k (the main loop): kStages tiles in flight while it waits,
+// kStages − 1 while it multiplies. At d = 128 that is 2 stages (64 KiB of ring per block) where the
+// copies used to go out after the wait with 3: the same 2 tiles in flight at the wait, one fewer
+// during the arithmetic, and no warp waiting with its next copy not sent. Runs 154–157 (H100,
+// docs/results/explorations/…-run153-157-*, three or five interleaved rounds, each variant's O and L
+// equal to the old kernel's bit for bit): up to 2.1% faster where 128 or more blocks stream (B 16,
+// H_kv 8, Nq 1, Nk 32768: 688.4 against 691.7 µs; B 64, H_kv 32, Nq 4, Nk 32768: 10903 against 11141;
+// one point 0.1% slower), ±1% at B 1 (H_kv 8, Nq 1, Nk 32768: 52.1 against 51.8; Nq 4: 52.4 against
+// 53.0). 2 stages with the copies after the wait were 3–6% slower, 3 stages with them before it up to
+// 4% slower at 6 of 7 points (runs 153–154). At d = 64, 5 stages so sent: −1.4% to +0.9% (B 8, H_kv 32,
+// Nq 1, Nk 8192: 179.7 against 182.2 µs). Tiles of 32 rows (R = 2) keep 3 (6) stages with the copies
+// after the wait: a warp's arithmetic there is twice as long, and the early copies with a stage fewer
+// were 2.6–6.8% slower (run 156). Blocks share an SM: two, or three of the 68 KiB blocks at d = 128
+// with 16-row tiles (run 157, B 6–12, H_kv 32: the same times as with two per SM); one_per_sm() says
+// when one block per SM is asked for instead (kSmemAlone).
 // R: the row tile's m-tiles of B_r rows, 1 or 2. With R = 2 a tile of 32 rows has each warp multiply
 // both halves by the K and V fragments it loaded once: the keys are read by half as many blocks
 // (m_tiles() says where that pays).
 template <int d, int R = 1>
 struct Tiles {
-  static constexpr int kStages = d <= 64 ? 6 : 3;
+  static constexpr int kStages = d <= 64 ? (R == 1 ? 5 : 6) : (R == 1 ? 2 : 3);
   static constexpr int kRows = R * B_r;                                    // rows of a tile
   static constexpr int kTileElems = B_w * d;                               // one K or V warp tile
   static constexpr int kRingElems = kWarps * kStages * 2 * kTileElems;     // every warp's K and V slots
@@ -247,13 +261,19 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   // whose warps have twice the math per tile and then wait on each other: 0.94–0.95× (run 125).
   const int n_step = (t_end - t_begin) / kWarps;
   for (int k = 0; k < n_mine; ++k) {
-    if constexpr (R == 1) {
+    if constexpr (R == 1) {  // the next copies first (Tiles: a stage fewer, the same tiles in flight at the wait)
       if (k < n_step) __syncthreads();
+      __syncwarp();  // every lane is done reading tile k − 1: its slot takes tile k + kStages − 1
+      if (k + kStages - 1 < n_mine) load_kv(k + kStages - 1);
+      mma::cp_async_commit();
+      mma::cp_async_wait<kStages - 1>();  // groups 0 … k + 1 done: Q and this thread's copies of tile k
+      __syncwarp();                       // every lane's copies of tile k visible to the warp
+    } else {
+      mma::cp_async_wait<kStages - 2>();  // groups 0 … k + 1 done: Q and this thread's copies of tile k
+      __syncwarp();  // every lane's copies of tile k visible to the warp; every lane done reading tile k − 1
+      if (k + kStages - 1 < n_mine) load_kv(k + kStages - 1);  // into tile k − 1's slot
+      mma::cp_async_commit();
     }
-    mma::cp_async_wait<kStages - 2>();  // groups 0 … k + 1 done: Q and this thread's copies of tile k
-    __syncwarp();  // every lane's copies of tile k visible to the warp; every lane done reading tile k − 1
-    if (k + kStages - 1 < n_mine) load_kv(k + kStages - 1);  // into tile k − 1's slot
-    mma::cp_async_commit();
     const T* K_s = my_ring + k % kStages * 2 * kTileElems;  // K_j: [B_w][d], swizzled
     const T* V_s = K_s + kTileElems;                        // V_j: [B_w][d], swizzled
     const int j0 = (t_begin + warp + kWarps * k) * B_w;     // first key of the tile
@@ -565,7 +585,7 @@ int64_t keys_visited(const Problem& p) {
 //    0.5–1.3% on the H200 at 8192 and 32768, and within ±1.6% either way at 8192 on the H100s; 4 tiles
 //    of 32 rows at M = 128 (two per SM: 66 splits, 264 blocks, against 60) 8% faster at Nk 131072
 //    (56.2–57.4 µs against 61.7–62.0; at 32768 the 512-key floor stops it at 64: 1.7%); 4 tiles of
-//    16 rows, 33 splits against 30, ±1% (32, not chosen, was 1–4% faster than both). A block here keeps 64 KiB of K and V in flight, and one per SM
+//    16 rows, 33 splits against 30, ±1% (32, not chosen, was 1–4% faster than both). A block here keeps up to 64 KiB of K and V in flight, and one per SM
 //    already streams at the copy's rate: run 46 (H100, --decode-splits) found S = 16, 4 and 1 fastest for
 //    8, 32 and 128 unsplit blocks. The first rule, which filled every block slot (2 per SM) to the last
 //    wave, took S = 29–30, 8 and 2 there: up to 16% slower (README.md, "How many splits").
@@ -633,8 +653,8 @@ int splits(const Problem& p) { return splits_for(p, m_tiles(p)); }
 // 8192: 690.2–690.5 against 697.9–698.3; cuDNN 698.6–699.5), except one H100 point 0.3% slower (B 64,
 // H_kv 32, Nq 4, Nk 32768: 11124–11131 against 11093–11097). At 128 blocks it is the same launch (one
 // per SM either way). Below three waves of one per SM the last wave would hold a larger share of the
-// read, on too few blocks to keep up with the memory: not measured, left at two per SM; d = 64 (6
-// stages, the same 96 KiB) was not measured either.
+// read, on too few blocks to keep up with the memory: not measured, left at two per SM (or three: Tiles);
+// d = 64 (5 stages, 80 KiB of ring) was not measured either.
 bool one_per_sm(const Problem& p) {
   if (p.d != 128 || m_tiles(p) != 1 || splits(p) != 1) return false;
   const int sms = facts_for(p.d).sms;

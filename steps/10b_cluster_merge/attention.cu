@@ -63,15 +63,16 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxSplits = 16;  // S: at most one cluster of blocks (Hopper's non-portable maximum), see above
 
-// kStages warp tiles of K and V per warp ring: 96 KiB of ring per block at d = 64 and 128, so two
-// blocks (8 warps, 2·4·(kStages − 1) tiles in flight) can share an SM; one_per_sm() says when one
-// block per SM is asked for instead (kSmemAlone).
+// kStages warp tiles of K and V per warp ring, as in step 10 (see there, runs 153–157): a warp of a
+// 16-row tile sends the copies of tile k + kStages − 1 before it waits for tile k, with a stage fewer
+// (2 at d = 128: 64 KiB of ring per block); 32-row tiles keep 3 (6 at d = 64) with the copies after
+// the wait. Blocks share an SM unless one_per_sm() asks for one per SM (kSmemAlone).
 // R: the row tile's m-tiles of B_r rows, 1 or 2. With R = 2 a tile of 32 rows has each warp multiply
 // both halves by the K and V fragments it loaded once: the keys are read by half as many blocks
 // (m_tiles() says where that pays).
 template <int d, int R = 1>
 struct Tiles {
-  static constexpr int kStages = d <= 64 ? 6 : 3;
+  static constexpr int kStages = d <= 64 ? (R == 1 ? 5 : 6) : (R == 1 ? 2 : 3);
   static constexpr int kRows = R * B_r;                                    // rows of a tile
   static constexpr int kTileElems = B_w * d;                               // one K or V warp tile
   static constexpr int kRingElems = kWarps * kStages * 2 * kTileElems;     // every warp's K and V slots
@@ -245,13 +246,19 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   // whose warps have twice the math per tile and then wait on each other: 0.94–0.95× (run 125).
   const int n_step = T_c / stride;
   for (int k = 0; k < n_mine; ++k) {
-    if constexpr (R == 1) {
+    if constexpr (R == 1) {  // the next copies first (Tiles: a stage fewer, the same tiles in flight at the wait)
       if (k < n_step) __syncthreads();
+      __syncwarp();  // every lane is done reading tile k − 1: its slot takes tile k + kStages − 1
+      if (k + kStages - 1 < n_mine) load_kv(k + kStages - 1);
+      mma::cp_async_commit();
+      mma::cp_async_wait<kStages - 1>();  // groups 0 … k + 1 done: Q and this thread's copies of tile k
+      __syncwarp();                       // every lane's copies of tile k visible to the warp
+    } else {
+      mma::cp_async_wait<kStages - 2>();  // groups 0 … k + 1 done: Q and this thread's copies of tile k
+      __syncwarp();  // every lane's copies of tile k visible to the warp; every lane done reading tile k − 1
+      if (k + kStages - 1 < n_mine) load_kv(k + kStages - 1);  // into tile k − 1's slot
+      mma::cp_async_commit();
     }
-    mma::cp_async_wait<kStages - 2>();  // groups 0 … k + 1 done: Q and this thread's copies of tile k
-    __syncwarp();  // every lane's copies of tile k visible to the warp; every lane done reading tile k − 1
-    if (k + kStages - 1 < n_mine) load_kv(k + kStages - 1);  // into tile k − 1's slot
-    mma::cp_async_commit();
     const T* K_s = my_ring + k % kStages * 2 * kTileElems;  // K_j: [B_w][d], swizzled
     const T* V_s = K_s + kTileElems;                        // V_j: [B_w][d], swizzled
     const int j0 = (j_first + gw + stride * k) * B_w;      // first key of the tile
@@ -585,7 +592,7 @@ int64_t keys_visited(const Problem& p) {
 //    num_splits_heuristic stops at 80%). Then more, if more still fit one wave (block_slots: one block
 //    per SM, two from d rows below; S = ⌊slots / (B·H_kv·T_r)⌋): 90% counts blocks, not SMs, and an SM
 //    left without a block leaves its share of the read to the others (runs 128, 139, 140: step 10's
-//    attention.cu). A block here keeps 64 KiB of K and V in flight, and one per SM
+//    attention.cu). A block here keeps up to 64 KiB of K and V in flight, and one per SM
 //    already streams at the copy's rate: run 46 (H100, --decode-splits) found S = 16, 4 and 1 fastest for
 //    8, 32 and 128 unsplit blocks. The first rule, which filled every block slot (2 per SM) to the last
 //    wave, took S = 29–30, 8 and 2 there: up to 16% slower (README.md, "How many splits").
@@ -662,8 +669,8 @@ int splits(const Problem& p) { return splits_for(p, m_tiles(p)); }
 // 8192: 690.2–690.5 against 697.9–698.3; cuDNN 698.6–699.5), except one H100 point 0.3% slower (B 64,
 // H_kv 32, Nq 4, Nk 32768: 11124–11131 against 11093–11097). At 128 blocks it is the same launch (one
 // per SM either way). Below three waves of one per SM the last wave would hold a larger share of the
-// read, on too few blocks to keep up with the memory: not measured, left at two per SM; d = 64 (6
-// stages, the same 96 KiB) was not measured either.
+// read, on too few blocks to keep up with the memory: not measured, left at two per SM (or three: Tiles);
+// d = 64 (5 stages, 80 KiB of ring) was not measured either.
 bool one_per_sm(const Problem& p) {
   if (p.d != 128 || m_tiles(p) != 1 || splits(p) != 1) return false;
   const int sms = facts_for(p.d).sms;
