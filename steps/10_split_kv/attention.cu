@@ -89,7 +89,8 @@ constexpr int kMaxSplits = 256;  // S is clamped to this (and to the number of w
 // (m_tiles() says where that pays).
 template <int d, int R = 1>
 struct Tiles {
-  static constexpr int kStages = d <= 64 ? (R == 1 ? 5 : 6) : (R == 1 ? 2 : 3);
+  static constexpr bool kLate = R == 2;  // the copies after the wait, with one stage more
+  static constexpr int kStages = (d <= 64 ? 5 : 2) + (kLate ? 1 : 0);
   static constexpr int kRows = R * B_r;                                    // rows of a tile
   static constexpr int kTileElems = B_w * d;                               // one K or V warp tile
   static constexpr int kRingElems = kWarps * kStages * 2 * kTileElems;     // every warp's K and V slots
@@ -261,8 +262,10 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   // whose warps have twice the math per tile and then wait on each other: 0.94–0.95× (run 125).
   const int n_step = (t_end - t_begin) / kWarps;
   for (int k = 0; k < n_mine; ++k) {
-    if constexpr (R == 1) {  // the next copies first (Tiles: a stage fewer, the same tiles in flight at the wait)
+    if constexpr (R == 1) {
       if (k < n_step) __syncthreads();
+    }
+    if constexpr (!Tiles<d, R>::kLate) {  // the next copies first (Tiles: the same tiles in flight at the wait)
       __syncwarp();  // every lane is done reading tile k − 1: its slot takes tile k + kStages − 1
       if (k + kStages - 1 < n_mine) load_kv(k + kStages - 1);
       mma::cp_async_commit();

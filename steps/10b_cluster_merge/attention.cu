@@ -66,13 +66,17 @@ constexpr int kMaxSplits = 16;  // S: at most one cluster of blocks (Hopper's no
 // kStages warp tiles of K and V per warp ring, as in step 10 (see there, runs 153–157): a warp of a
 // 16-row tile sends the copies of tile k + kStages − 1 before it waits for tile k, with a stage fewer
 // (2 at d = 128: 64 KiB of ring per block); 32-row tiles keep 3 (6 at d = 64) with the copies after
-// the wait. Blocks share an SM unless one_per_sm() asks for one per SM (kSmemAlone).
+// the wait (Late). So do the clusters of a split launch here: their 72–96 blocks each stream more of
+// the read than step 10's 128, and the early copies made them slower (run 158, H100, B 1: 54.1 against
+// 50.6 µs at H_kv 8, Nk 32768, 72 blocks; the same at H_kv 32, 96 blocks). Blocks share an SM unless
+// one_per_sm() asks for one per SM (kSmemAlone).
 // R: the row tile's m-tiles of B_r rows, 1 or 2. With R = 2 a tile of 32 rows has each warp multiply
 // both halves by the K and V fragments it loaded once: the keys are read by half as many blocks
 // (m_tiles() says where that pays).
-template <int d, int R = 1>
+template <int d, int R = 1, bool Late = (R == 2)>
 struct Tiles {
-  static constexpr int kStages = d <= 64 ? (R == 1 ? 5 : 6) : (R == 1 ? 2 : 3);
+  static constexpr bool kLate = Late;  // the copies after the wait, with one stage more
+  static constexpr int kStages = (d <= 64 ? 5 : 2) + (kLate ? 1 : 0);
   static constexpr int kRows = R * B_r;                                    // rows of a tile
   static constexpr int kTileElems = B_w * d;                               // one K or V warp tile
   static constexpr int kRingElems = kWarps * kStages * 2 * kTileElems;     // every warp's K and V slots
@@ -126,13 +130,14 @@ __device__ __forceinline__ void load_rows(T* tile, const T* block, int64_t rows_
 // (limits() keeps Nq, Nk below 2^30); packed rows and tensor offsets are 64-bit.
 // S == 1: O and L are written directly (storage type, fp32). S > 1: the normalised partial O_s and L_s
 // (fp32) stay in this block's shared memory, and the cluster of the tile's S blocks merges them.
-template <class T, int d, int R>
+template <class T, int d, int R, bool Late>
 __global__ void __launch_bounds__(kThreads)
 attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                  T* __restrict__ O, float* __restrict__ L, int64_t M, int Nq, int Nk, int64_t H_kv, int64_t T_r,
                  int S, float scale, bool causal, const int32_t* __restrict__ seqused_k,
                  VariantArgs var) {
-  constexpr int kStages = Tiles<d, R>::kStages, kTileElems = Tiles<d, R>::kTileElems, kRows = Tiles<d, R>::kRows;
+  using Tl = Tiles<d, R, Late>;
+  constexpr int kStages = Tl::kStages, kTileElems = Tl::kTileElems, kRows = Tl::kRows;
   const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
   extern __shared__ __align__(128) unsigned char smem[];
   T* Q_s = reinterpret_cast<T*>(smem);  // Q tile: [kRows][d] in shared memory
@@ -246,8 +251,10 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   // whose warps have twice the math per tile and then wait on each other: 0.94–0.95× (run 125).
   const int n_step = T_c / stride;
   for (int k = 0; k < n_mine; ++k) {
-    if constexpr (R == 1) {  // the next copies first (Tiles: a stage fewer, the same tiles in flight at the wait)
+    if constexpr (R == 1) {
       if (k < n_step) __syncthreads();
+    }
+    if constexpr (!Late) {  // the next copies first (Tiles: the same tiles in flight at the wait)
       __syncwarp();  // every lane is done reading tile k − 1: its slot takes tile k + kStages − 1
       if (k + kStages - 1 < n_mine) load_kv(k + kStages - 1);
       mma::cp_async_commit();
@@ -502,7 +509,7 @@ int clusters_that_fit(int size) {  // how many clusters of `size` blocks the dev
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   int n = 0;
-  if (cudaOccupancyMaxActiveClusters(&n, attention_kernel<__half, d, 1>, &cfg) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveClusters(&n, attention_kernel<__half, d, 1, true>, &cfg) != cudaSuccess) {
     cudaGetLastError();  // not sticky: this size is simply not available
     return 0;
   }
@@ -534,11 +541,13 @@ DeviceFacts device_facts() {
       cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, dev) == cudaSuccess &&
       cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev) == cudaSuccess &&
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 &&
-      allow_clusters(attention_kernel<__half, d, 1>, smem_alone) &&
-      allow_clusters(attention_kernel<__nv_bfloat16, d, 1>, smem_alone) &&
-      allow_clusters(attention_kernel<__half, d, 2>, smem_alone) &&
-      allow_clusters(attention_kernel<__nv_bfloat16, d, 2>, smem_alone) &&
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, attention_kernel<__half, d, 1>, kThreads, smem) ==
+      allow_clusters(attention_kernel<__half, d, 1, true>, smem_alone) &&
+      allow_clusters(attention_kernel<__nv_bfloat16, d, 1, true>, smem_alone) &&
+      allow_clusters(attention_kernel<__half, d, 2, true>, smem_alone) &&
+      allow_clusters(attention_kernel<__nv_bfloat16, d, 2, true>, smem_alone) &&
+      allow_clusters(attention_kernel<__half, d, 1, false>, smem_alone) &&  // unsplit: one_per_sm's request
+      allow_clusters(attention_kernel<__nv_bfloat16, d, 1, false>, smem_alone) &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, attention_kernel<__half, d, 1, false>, kThreads, smem) ==
           cudaSuccess;
   if (!ok) {
     cudaGetLastError();  // no usable device: the runner reports that (and a launch would, checked)
@@ -744,10 +753,14 @@ std::string limits(const Problem& p) {
 template <class T, int d, int R>
 void launch(const Problem& p, const ForwardArgs& a) {
   device_facts<d>();  // sets the kernels' shared-memory and cluster-size attributes
-  FL_CUDA(cudaFuncSetAttribute(attention_kernel<T, d, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               int(Tiles<d>::kSmemAlone)));  // again, checked: a failed query above is reported here
   if (!p.seqused_k.empty() && !a.seqused_k) throw Error("seqused_k needs its device copy: the call passed none");
   const int S = splits(p);
+  auto kernel = attention_kernel<T, d, R, true>;  // a split launch's clusters: the copies after the wait (Tiles)
+  if constexpr (R == 1) {
+    if (S == 1) kernel = attention_kernel<T, d, 1, false>;  // an unsplit grid of 16-row tiles: the copies first
+  }
+  FL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(Tiles<d>::kSmemAlone)));  // again, checked: a failed query above is reported here
   const int64_t M = p.group() * p.Nq, T_r = row_tiles(p);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(p.B * p.H_kv * T_r * S));
@@ -761,7 +774,7 @@ void launch(const Problem& p, const ForwardArgs& a) {
   cluster[0].val.clusterDim.z = 1;
   cfg.attrs = cluster;
   cfg.numAttrs = 1;
-  FL_CUDA(cudaLaunchKernelEx(&cfg, attention_kernel<T, d, R>, static_cast<const T*>(a.q), static_cast<const T*>(a.k),
+  FL_CUDA(cudaLaunchKernelEx(&cfg, kernel, static_cast<const T*>(a.q), static_cast<const T*>(a.k),
                              static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse, M, int(p.Nq), int(p.Nk), p.H_kv,
                              T_r, S, float(p.softmax_scale()), p.causal,
                              p.seqused_k.empty() ? nullptr : a.seqused_k,
