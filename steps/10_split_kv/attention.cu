@@ -76,9 +76,10 @@ constexpr int kMaxSplits = 256;  // S is clamped to this (and to the number of w
 // docs/results/explorations/…-run153-157-*, three or five interleaved rounds, each variant's O and L
 // equal to the old kernel's bit for bit): up to 2.1% faster where 128 or more blocks stream (B 16,
 // H_kv 8, Nq 1, Nk 32768: 688.4 against 691.7 µs; B 64, H_kv 32, Nq 4, Nk 32768: 10903 against 11141;
-// one point 0.1% slower), ±1% at B 1 (H_kv 8, Nq 1, Nk 32768: 52.1 against 51.8; Nq 4: 52.4 against
-// 53.0). 2 stages with the copies after the wait were 3–6% slower, 3 stages with them before it up to
-// 4% slower at 6 of 7 points (runs 153–154). At d = 64, 5 stages so sent: −1.4% to +0.9% (B 8, H_kv 32,
+// one point 0.1% slower), −2.1% to +2.8% at B 1 (H_kv 8, Nq 1, Nk 32768: 52.1 against 51.8; Nq 4:
+// 52.4 against 53.0; Nk 8192 19.5 against 19.9 in run 155, 19.7 against 19.1 in run 158). 2 stages
+// with the copies after the wait were 3–6% slower (run 154), 3 stages with them before it up to 4%
+// slower at 6 of 7 points (run 153). At d = 64, 5 stages so sent: −1.4% to +0.9% (B 8, H_kv 32,
 // Nq 1, Nk 8192: 179.7 against 182.2 µs). Tiles of 32 rows (R = 2) keep 3 (6) stages with the copies
 // after the wait: a warp's arithmetic there is twice as long, and the early copies with a stage fewer
 // were 2.6–6.8% slower (run 156). Blocks share an SM: two, or three of the 68 KiB blocks at d = 128
