@@ -88,29 +88,13 @@ constexpr int kMaxSplits = 256;  // S is clamped to this (and to the number of w
 // R: the row tile's m-tiles of B_r rows, 1 or 2. With R = 2 a tile of 32 rows has each warp multiply
 // both halves by the K and V fragments it loaded once: the keys are read by half as many blocks
 // (m_tiles() says where that pays).
-// Lead: K's copies run kLead warp tiles ahead of V's, so that the block reads K 32 KiB (2 rounds of 4
-// warps × 16 keys × 256 B) past where it reads V, not at the same offset; lead_k() says when. K and V
-// are two buffers streamed in step, and where the driver happened to place them in DRAM decides
-// whether row x of K and row x of V collide there: the sweep's last point (B 64, H_kv 32, Nq 4, Nk
-// 32768) ran every H100 sweep of runs 159–166 at ~11165 µs against ~10890 for the same bytes at Nq 1,
-// and so did a kernel that only reads K and V; reading K alone then V alone took 5457 + 5456 µs, and
-// the read-only kernel with V read 64 KiB ahead of K went from 11324 to 11024 (run 166). The step
-// with V read 32 or 64 KiB on (run 167): 10827 or 10787 against 11072 µs in that placement, 10816 or
-// 10815 against 10823 in a good one. With K two tiles ahead (run 168, after the sweep's history): 10b
-// 10951 against 11161 µs, cuDNN 11163; 10951 against 10990; 10916 against 10897 where the old ring
-// was not slowed. It costs the V ring nothing (the same 2 stages) and K 2 more slots (100 KiB per
-// block), and at Nk 1024 it was 1.3–3.2% slower (the first wait holds 3 K tiles, and a block's 16
-// tiles per warp leave little to hide it in): so only long unsplit streams that run one block per SM.
-template <int d, int R = 1, bool Lead = false>
+template <int d, int R = 1>
 struct Tiles {
   static constexpr bool kLate = R == 2;  // the copies after the wait, with one stage more
-  static constexpr int kStages = (d <= 64 ? 5 : 2) + (kLate ? 1 : 0);  // V's slots per warp
-  static constexpr int kLead = Lead ? 2 : 0;                // K's tiles ahead of V's
-  static_assert(!Lead || (d == 128 && !kLate), "K leads only in the early ring at d = 128, where it was measured");
-  static constexpr int kKStages = kStages + kLead;         // K's slots per warp
+  static constexpr int kStages = (d <= 64 ? 5 : 2) + (kLate ? 1 : 0);
   static constexpr int kRows = R * B_r;                                    // rows of a tile
   static constexpr int kTileElems = B_w * d;                               // one K or V warp tile
-  static constexpr int kRingElems = kWarps * (kKStages + kStages) * kTileElems;  // every warp's K and V slots
+  static constexpr int kRingElems = kWarps * kStages * 2 * kTileElems;     // every warp's K and V slots
   static constexpr size_t kSmem = size_t(kRows * d + kRingElems) * 2;      // Q tile + rings (16-bit T)
   // What a launch asks for to run one block per SM: more than half of an SM's 228 KiB (the extra
   // 16 KiB are not used).
@@ -164,19 +148,18 @@ __device__ __forceinline__ void wait_for_prerequisite_grid() {
 // (limits() keeps Nq, Nk below 2^30); packed rows and tensor offsets are 64-bit.
 // S == 1: O and L are written directly (storage type, fp32). S > 1: the normalised partial O_s
 // (fp32) and L_s go to O_part [S][B·H·Nq][d] and L_part [S][B·H·Nq] for merge_kernel.
-template <class T, int d, int R, bool Lead = false>
+template <class T, int d, int R>
 __global__ void __launch_bounds__(kThreads)
 attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                  T* __restrict__ O, float* __restrict__ L, float* __restrict__ O_part,
                  float* __restrict__ L_part, int64_t M, int Nq, int Nk, int64_t H_kv, int64_t T_r, int S,
                  int64_t rows_total, float scale, bool causal, const int32_t* __restrict__ seqused_k,
                  VariantArgs var) {
-  using Tl = Tiles<d, R, Lead>;
-  constexpr int kStages = Tl::kStages, kKStages = Tl::kKStages, kTileElems = Tl::kTileElems, kRows = Tl::kRows;
+  constexpr int kStages = Tiles<d, R>::kStages, kTileElems = Tiles<d, R>::kTileElems, kRows = Tiles<d, R>::kRows;
   const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
   extern __shared__ __align__(128) unsigned char smem[];
   T* Q_s = reinterpret_cast<T*>(smem);  // Q tile: [kRows][d] in shared memory
-  T* ring = Q_s + kRows * d;            // [kWarps][kKStages K, kStages V][B_w][d]: each warp's own slots
+  T* ring = Q_s + kRows * d;            // [kWarps][kStages][K, V][B_w][d]: each warp's own slots
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -225,29 +208,25 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   const int T_c = n_end > n_begin ? (n_end + B_w - 1) / B_w - j_first : 0;
   const int t_begin = j_first + int(int64_t(T_c) * s / S), t_end = j_first + int(int64_t(T_c) * (s + 1) / S);
   const int n_mine = t_end - t_begin > warp ? (t_end - t_begin - warp + kWarps - 1) / kWarps : 0;
-  T* my_ring = ring + warp * (kKStages + kStages) * kTileElems;  // K's slots, then V's
-  auto load_K = [&](int k) {  // K of this warp's k-th tile → K slot k % kKStages (copies not waited for)
+  T* my_ring = ring + warp * kStages * 2 * kTileElems;
+  auto load_kv = [&](int k) {  // this warp's k-th tile → slot k % kStages (copies not waited for)
     const int j0 = (t_begin + warp + kWarps * k) * B_w;
-    load_rows<T, d, B_w, 32>(my_ring + k % kKStages * kTileElems, K_g + int64_t(j0) * d, n_k - j0, lane);
-  };  // (keys past n_k: zeros, never read)
-  auto load_V = [&](int k) {  // V of this warp's k-th tile → V slot k % kStages
-    const int j0 = (t_begin + warp + kWarps * k) * B_w;
-    load_rows<T, d, B_w, 32>(my_ring + (kKStages + k % kStages) * kTileElems, V_g + int64_t(j0) * d, n_k - j0, lane);
+    T* K_s = my_ring + k % kStages * 2 * kTileElems;
+    load_rows<T, d, B_w, 32>(K_s, K_g + int64_t(j0) * d, n_k - j0, lane);  // keys past n_k: zeros, never read
+    load_rows<T, d, B_w, 32>(K_s + kTileElems, V_g + int64_t(j0) * d, n_k - j0, lane);
   };
 
-  // ---- Prologue: Q (the whole block), then K of each warp's first kKStages − 1 tiles and V of its
-  // first kStages − 1, one group each (committed even when empty, so that group k + 1 always holds tile
-  // k's K: the waits below count on it).
+  // ---- Prologue: Q (the whole block), then each warp's first kStages − 1 tiles, one group each
+  // (committed even when empty, so that group k + 1 is always tile k: the waits below count on it).
   load_rows<T, d, kRows, kThreads>(Q_s, Q_g, rows_here, threadIdx.x);
   mma::cp_async_commit();
 #pragma unroll
-  for (int k = 0; k < kKStages - 1; ++k) {
-    if (k < n_mine) load_K(k);
-    if (k < kStages - 1 && k < n_mine) load_V(k);
+  for (int k = 0; k < kStages - 1; ++k) {
+    if (k < n_mine) load_kv(k);
     mma::cp_async_commit();
   }
   allow_dependent_launch();
-  mma::cp_async_wait<kKStages - 1>();  // this thread's part of Q has landed
+  mma::cp_async_wait<kStages - 1>();  // this thread's part of Q has landed
   __syncthreads();                    // everyone's has
   // Q's A fragments for all d/16 k-steps, kept in registers for the whole loop (08d's ldmatrix). With
   // two m-tiles they are read from Q_s at every k-step instead: 64 more registers at d = 128 beside the
@@ -287,22 +266,20 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
     if constexpr (R == 1) {
       if (k < n_step) __syncthreads();
     }
-    if constexpr (!Tl::kLate) {  // the next copies first (Tiles: the same tiles in flight at the wait)
-      __syncwarp();  // every lane is done reading tile k − 1: its slots take K of k + kKStages − 1, V of k + kStages − 1
-      if (k + kKStages - 1 < n_mine) load_K(k + kKStages - 1);
-      if (k + kStages - 1 < n_mine) load_V(k + kStages - 1);
+    if constexpr (!Tiles<d, R>::kLate) {  // the next copies first (Tiles: the same tiles in flight at the wait)
+      __syncwarp();  // every lane is done reading tile k − 1: its slot takes tile k + kStages − 1
+      if (k + kStages - 1 < n_mine) load_kv(k + kStages - 1);
       mma::cp_async_commit();
-      mma::cp_async_wait<kStages - 1>();  // groups 0 … k + kLead + 1 done: Q, K to tile k + kLead, V to tile k
+      mma::cp_async_wait<kStages - 1>();  // groups 0 … k + 1 done: Q and this thread's copies of tile k
       __syncwarp();                       // every lane's copies of tile k visible to the warp
     } else {
       mma::cp_async_wait<kStages - 2>();  // groups 0 … k + 1 done: Q and this thread's copies of tile k
       __syncwarp();  // every lane's copies of tile k visible to the warp; every lane done reading tile k − 1
-      if (k + kKStages - 1 < n_mine) load_K(k + kKStages - 1);  // into tile k − 1's slots
-      if (k + kStages - 1 < n_mine) load_V(k + kStages - 1);
+      if (k + kStages - 1 < n_mine) load_kv(k + kStages - 1);  // into tile k − 1's slot
       mma::cp_async_commit();
     }
-    const T* K_s = my_ring + k % kKStages * kTileElems;              // K_j: [B_w][d], swizzled
-    const T* V_s = my_ring + (kKStages + k % kStages) * kTileElems;  // V_j: [B_w][d], swizzled
+    const T* K_s = my_ring + k % kStages * 2 * kTileElems;  // K_j: [B_w][d], swizzled
+    const T* V_s = K_s + kTileElems;                        // V_j: [B_w][d], swizzled
     const int j0 = (t_begin + warp + kWarps * k) * B_w;     // first key of the tile
 
     // S_ij = Q K_jᵀ, unscaled: [16R][16], each m-tile in two n-tiles (08d's K fragments, one
@@ -540,18 +517,6 @@ struct DeviceFacts {
   int sms = 0, blocks_per_sm = 0, major = 0;
 };
 
-// The attribute of the kernels whose K leads (d = 128 only: there are none at d = 64).
-template <int d>
-bool allow_lead(int smem) {
-  if constexpr (d == 128) {
-    return cudaFuncSetAttribute(attention_kernel<__half, d, 1, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                smem) == cudaSuccess &&
-           cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d, 1, true>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess;
-  }
-  return true;
-}
-
 template <int d>
 DeviceFacts device_facts() {
   static std::mutex mu;
@@ -576,7 +541,6 @@ DeviceFacts device_facts() {
           cudaSuccess &&
       cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2) ==
           cudaSuccess &&
-      allow_lead<d>(alone) &&
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, attention_kernel<__half, d, 1>, kThreads, smem) ==
           cudaSuccess;
   if (!ok) {
@@ -701,11 +665,6 @@ bool one_per_sm(const Problem& p) {
   return sms > 0 && p.B * p.H_kv * row_tiles(p) >= 3 * int64_t(sms);
 }
 
-// K 32 KiB ahead of V (Tiles' Lead): where one block per SM streams at least 8192 keys each. At Nk
-// 1024 it was 1.3–3.2% slower (run 168, H100), at Nk ≥ 8192 within 0.1% where the old ring was not
-// slowed (B 16 and 64: 690.7 against 690.2 µs, 695.7 against 694.8) and 2% faster where it was.
-bool lead_k(const Problem& p) { return one_per_sm(p) && p.Nk >= 8192; }
-
 size_t workspace_bytes(const Problem& p) {
   const int64_t S = splits(p);
   if (S == 1) return 0;  // the split kernel writes O and L itself
@@ -741,9 +700,6 @@ void launch(const Problem& p, const ForwardArgs& a) {
                                  int(Tiles<d>::kSmemAlone)));
     FL_CUDA(cudaFuncSetAttribute(attention_kernel<T, d, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  int(Tiles<d, 2>::kSmem)));
-    if constexpr (d == 128)
-      FL_CUDA(cudaFuncSetAttribute(attention_kernel<T, d, 1, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   int(Tiles<d>::kSmemAlone)));
   }
   if (!p.seqused_k.empty() && !a.seqused_k) throw Error("seqused_k needs its device copy: the call passed none");
   const int S = splits(p);
@@ -757,13 +713,10 @@ void launch(const Problem& p, const ForwardArgs& a) {
         a.lse, O_part, L_part, M, int(p.Nq), int(p.Nk), p.H_kv, T_r, S, rows_total, float(p.softmax_scale()), p.causal,
         p.seqused_k.empty() ? nullptr : a.seqused_k, VariantArgs::of(p, a.alibi_slopes, nullptr, nullptr, a.seqused_k));
   };
-  auto tiles16 = attention_kernel<T, d, 1>;
-  if constexpr (d == 128)
-    if (lead_k(p)) tiles16 = attention_kernel<T, d, 1, true>;  // K ahead of V (one per SM: kSmemAlone holds it)
   if (m_tiles(p) == 2)
     split(attention_kernel<T, d, 2>, Tiles<d, 2>::kSmem);
   else
-    split(tiles16, one_per_sm(p) ? Tiles<d>::kSmemAlone : Tiles<d>::kSmem);
+    split(attention_kernel<T, d, 1>, one_per_sm(p) ? Tiles<d>::kSmemAlone : Tiles<d>::kSmem);
   FL_CUDA(cudaGetLastError());
   if (S == 1) return;
   cudaLaunchConfig_t cfg = {};

@@ -73,18 +73,13 @@ constexpr int kMaxSplits = 16;  // S: at most one cluster of blocks (Hopper's no
 // R: the row tile's m-tiles of B_r rows, 1 or 2. With R = 2 a tile of 32 rows has each warp multiply
 // both halves by the K and V fragments it loaded once: the keys are read by half as many blocks
 // (m_tiles() says where that pays).
-// Lead: K's copies kLead warp tiles ahead of V's, as in step 10 (see there, runs 163–168: where K and V
-// were placed in DRAM could slow the reads of the two in step by 2.5%); lead_k() says when.
-template <int d, int R = 1, bool Late = (R == 2), bool Lead = false>
+template <int d, int R = 1, bool Late = (R == 2)>
 struct Tiles {
   static constexpr bool kLate = Late;  // the copies after the wait, with one stage more
-  static constexpr int kStages = (d <= 64 ? 5 : 2) + (kLate ? 1 : 0);  // V's slots per warp
-  static constexpr int kLead = Lead ? 2 : 0;                // K's tiles ahead of V's
-  static_assert(!Lead || (d == 128 && !kLate), "K leads only in the early ring at d = 128, where it was measured");
-  static constexpr int kKStages = kStages + kLead;         // K's slots per warp
+  static constexpr int kStages = (d <= 64 ? 5 : 2) + (kLate ? 1 : 0);
   static constexpr int kRows = R * B_r;                                    // rows of a tile
   static constexpr int kTileElems = B_w * d;                               // one K or V warp tile
-  static constexpr int kRingElems = kWarps * (kKStages + kStages) * kTileElems;  // every warp's K and V slots
+  static constexpr int kRingElems = kWarps * kStages * 2 * kTileElems;     // every warp's K and V slots
   static constexpr size_t kSmem = size_t(kRows * d + kRingElems) * 2;      // Q tile + rings (16-bit T)
   // What a launch asks for to run one block per SM: more than half of an SM's 228 KiB (the extra
   // 16 KiB are not used). Every split launch (S > 1) asks for it, so that the blocks of a cluster run
@@ -135,18 +130,18 @@ __device__ __forceinline__ void load_rows(T* tile, const T* block, int64_t rows_
 // (limits() keeps Nq, Nk below 2^30); packed rows and tensor offsets are 64-bit.
 // S == 1: O and L are written directly (storage type, fp32). S > 1: the normalised partial O_s and L_s
 // (fp32) stay in this block's shared memory, and the cluster of the tile's S blocks merges them.
-template <class T, int d, int R, bool Late, bool Lead = false>
+template <class T, int d, int R, bool Late>
 __global__ void __launch_bounds__(kThreads)
 attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                  T* __restrict__ O, float* __restrict__ L, int64_t M, int Nq, int Nk, int64_t H_kv, int64_t T_r,
                  int S, float scale, bool causal, const int32_t* __restrict__ seqused_k,
                  VariantArgs var) {
-  using Tl = Tiles<d, R, Late, Lead>;
-  constexpr int kStages = Tl::kStages, kKStages = Tl::kKStages, kTileElems = Tl::kTileElems, kRows = Tl::kRows;
+  using Tl = Tiles<d, R, Late>;
+  constexpr int kStages = Tl::kStages, kTileElems = Tl::kTileElems, kRows = Tl::kRows;
   const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
   extern __shared__ __align__(128) unsigned char smem[];
   T* Q_s = reinterpret_cast<T*>(smem);  // Q tile: [kRows][d] in shared memory
-  T* ring = Q_s + kRows * d;            // [kWarps][kKStages K, kStages V][B_w][d]: each warp's own slots
+  T* ring = Q_s + kRows * d;            // [kWarps][kStages][K, V][B_w][d]: each warp's own slots
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -202,28 +197,24 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   const int T_c = n_end > n_begin ? (n_end + B_w - 1) / B_w - j_first : 0;
   const int gw = s * kWarps + warp, stride = S * kWarps;  // this warp among the cluster's, and their count
   const int n_mine = T_c > gw ? (T_c - gw + stride - 1) / stride : 0;
-  T* my_ring = ring + warp * (kKStages + kStages) * kTileElems;  // K's slots, then V's
-  auto load_K = [&](int k) {  // K of this warp's k-th tile → K slot k % kKStages (copies not waited for)
+  T* my_ring = ring + warp * kStages * 2 * kTileElems;
+  auto load_kv = [&](int k) {  // this warp's k-th tile → slot k % kStages (copies not waited for)
     const int j0 = (j_first + gw + stride * k) * B_w;
-    load_rows<T, d, B_w, 32>(my_ring + k % kKStages * kTileElems, K_g + int64_t(j0) * d, n_k - j0, lane);
-  };  // (keys past n_k: zeros, never read)
-  auto load_V = [&](int k) {  // V of this warp's k-th tile → V slot k % kStages
-    const int j0 = (j_first + gw + stride * k) * B_w;
-    load_rows<T, d, B_w, 32>(my_ring + (kKStages + k % kStages) * kTileElems, V_g + int64_t(j0) * d, n_k - j0, lane);
+    T* K_s = my_ring + k % kStages * 2 * kTileElems;
+    load_rows<T, d, B_w, 32>(K_s, K_g + int64_t(j0) * d, n_k - j0, lane);  // keys past n_k: zeros, never read
+    load_rows<T, d, B_w, 32>(K_s + kTileElems, V_g + int64_t(j0) * d, n_k - j0, lane);
   };
 
-  // ---- Prologue: Q (the whole block), then K of each warp's first kKStages − 1 tiles and V of its
-  // first kStages − 1, one group each (committed even when empty, so that group k + 1 always holds tile
-  // k's K: the waits below count on it).
+  // ---- Prologue: Q (the whole block), then each warp's first kStages − 1 tiles, one group each
+  // (committed even when empty, so that group k + 1 is always tile k: the waits below count on it).
   load_rows<T, d, kRows, kThreads>(Q_s, Q_g, rows_here, threadIdx.x);
   mma::cp_async_commit();
 #pragma unroll
-  for (int k = 0; k < kKStages - 1; ++k) {
-    if (k < n_mine) load_K(k);
-    if (k < kStages - 1 && k < n_mine) load_V(k);
+  for (int k = 0; k < kStages - 1; ++k) {
+    if (k < n_mine) load_kv(k);
     mma::cp_async_commit();
   }
-  mma::cp_async_wait<kKStages - 1>();  // this thread's part of Q has landed
+  mma::cp_async_wait<kStages - 1>();  // this thread's part of Q has landed
   __syncthreads();                    // everyone's has
   // Q's A fragments for all d/16 k-steps, kept in registers for the whole loop (08d's ldmatrix). With
   // two m-tiles they are read from Q_s at every k-step instead: 64 more registers at d = 128 beside the
@@ -264,21 +255,19 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
       if (k < n_step) __syncthreads();
     }
     if constexpr (!Late) {  // the next copies first (Tiles: the same tiles in flight at the wait)
-      __syncwarp();  // every lane is done reading tile k − 1: its slots take K of k + kKStages − 1, V of k + kStages − 1
-      if (k + kKStages - 1 < n_mine) load_K(k + kKStages - 1);
-      if (k + kStages - 1 < n_mine) load_V(k + kStages - 1);
+      __syncwarp();  // every lane is done reading tile k − 1: its slot takes tile k + kStages − 1
+      if (k + kStages - 1 < n_mine) load_kv(k + kStages - 1);
       mma::cp_async_commit();
-      mma::cp_async_wait<kStages - 1>();  // groups 0 … k + kLead + 1 done: Q, K to tile k + kLead, V to tile k
+      mma::cp_async_wait<kStages - 1>();  // groups 0 … k + 1 done: Q and this thread's copies of tile k
       __syncwarp();                       // every lane's copies of tile k visible to the warp
     } else {
       mma::cp_async_wait<kStages - 2>();  // groups 0 … k + 1 done: Q and this thread's copies of tile k
       __syncwarp();  // every lane's copies of tile k visible to the warp; every lane done reading tile k − 1
-      if (k + kKStages - 1 < n_mine) load_K(k + kKStages - 1);  // into tile k − 1's slots
-      if (k + kStages - 1 < n_mine) load_V(k + kStages - 1);
+      if (k + kStages - 1 < n_mine) load_kv(k + kStages - 1);  // into tile k − 1's slot
       mma::cp_async_commit();
     }
-    const T* K_s = my_ring + k % kKStages * kTileElems;              // K_j: [B_w][d], swizzled
-    const T* V_s = my_ring + (kKStages + k % kStages) * kTileElems;  // V_j: [B_w][d], swizzled
+    const T* K_s = my_ring + k % kStages * 2 * kTileElems;  // K_j: [B_w][d], swizzled
+    const T* V_s = K_s + kTileElems;                        // V_j: [B_w][d], swizzled
     const int j0 = (j_first + gw + stride * k) * B_w;      // first key of the tile
 
     // S_ij = Q K_jᵀ, unscaled: [16R][16], each m-tile in two n-tiles (08d's K fragments, one
@@ -534,16 +523,6 @@ bool allow_clusters(Kernel kernel, int smem_alone) {
          cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
 }
 
-// The attributes of the kernels whose K leads (d = 128 only: there are none at d = 64).
-template <int d>
-bool allow_lead(int smem_alone) {
-  if constexpr (d == 128) {
-    return allow_clusters(attention_kernel<__half, d, 1, false, true>, smem_alone) &&
-           allow_clusters(attention_kernel<__nv_bfloat16, d, 1, false, true>, smem_alone);
-  }
-  return true;
-}
-
 template <int d>
 DeviceFacts device_facts() {
   static std::mutex mu;
@@ -568,7 +547,6 @@ DeviceFacts device_facts() {
       allow_clusters(attention_kernel<__nv_bfloat16, d, 2, true>, smem_alone) &&
       allow_clusters(attention_kernel<__half, d, 1, false>, smem_alone) &&  // unsplit: one_per_sm's request
       allow_clusters(attention_kernel<__nv_bfloat16, d, 1, false>, smem_alone) &&
-      allow_lead<d>(smem_alone) &&
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, attention_kernel<__half, d, 1, false>, kThreads, smem) ==
           cudaSuccess;
   if (!ok) {
@@ -708,12 +686,6 @@ bool one_per_sm(const Problem& p) {
   return sms > 0 && p.B * p.H_kv * row_tiles(p) >= 3 * int64_t(sms);
 }
 
-// K 32 KiB ahead of V (Tiles' Lead), as in step 10: where one block per SM streams at least 8192 keys
-// each. Run 168 (H100): 10b at Nk 1024 1.3–5.4% slower with it, at Nk ≥ 8192 within 0.5% where the
-// old ring was not slowed (B 64, H_kv 32, Nq 4, Nk 32768: 10921 against 10891 µs) and 1.9% faster where
-// it was (10951 against 11161; cuDNN 11163).
-bool lead_k(const Problem& p) { return one_per_sm(p) && p.Nk >= 8192; }
-
 // Where the clusters cannot read fast enough: a tile's splits are one cluster, so 10b streams on S
 // blocks per tile (S ≤ 16, and lowered until every cluster is resident), where step 10's splits are
 // free blocks (up to 30 per tile). One of these blocks reads ≈ 48.8 GB/s when the SM, not the memory,
@@ -786,8 +758,6 @@ void launch(const Problem& p, const ForwardArgs& a) {
   auto kernel = attention_kernel<T, d, R, true>;  // a split launch's clusters: the copies after the wait (Tiles)
   if constexpr (R == 1) {
     if (S == 1) kernel = attention_kernel<T, d, 1, false>;  // an unsplit grid of 16-row tiles: the copies first
-    if constexpr (d == 128)
-      if (S == 1 && lead_k(p)) kernel = attention_kernel<T, d, 1, false, true>;  // and K ahead of V (one per SM)
   }
   FL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                int(Tiles<d>::kSmemAlone)));  // again, checked: a failed query above is reported here
