@@ -302,6 +302,10 @@ def decode_sweep(args, lib, env, out):
                               f"over --decode-max-bytes ({args.decode_max_bytes / 2**30:.0f} GiB)", flush=True)
                         continue
                     nsets = max(1, min(64, (2 * l2) // kv_bytes + 1))
+                    # Every implementation of a point reads the same K and V, but where they land depends on
+                    # the sweep so far: on the H100 the last point (B 64, H_kv 32, Nq 4, Nk 32768) got a
+                    # placement in which kernels that read K and V in step (ours, fl_read_stream) ran 2.5%
+                    # slower, cuDNN by under 1% (runs 163-167, steps/10_split_kv/README.md, "Where K and V sit in DRAM").
                     g = torch.Generator(device="cuda").manual_seed(17)
                     sets = []
                     for _ in range(nsets):
