@@ -84,13 +84,15 @@ constexpr int kMaxSplits = 256;  // S is clamped to this (and to the number of w
 // after the wait: a warp's arithmetic there is twice as long, and the early copies with a stage fewer
 // were 2.6–6.8% slower (run 156). Blocks share an SM: two, or three of the 68 KiB blocks at d = 128
 // with 16-row tiles (run 157, B 6–12, H_kv 32: the same times as with two per SM); one_per_sm() says
-// when one block per SM is asked for instead (kSmemAlone).
+// when one block per SM is asked for instead (kSmemAlone), and deep_ring() when an unsplit grid of
+// 16-row tiles takes the 32-row tiles' ring (Late: 3 stages, the copies after the wait) on a device
+// whose memory needs more bytes in flight.
 // R: the row tile's m-tiles of B_r rows, 1 or 2. With R = 2 a tile of 32 rows has each warp multiply
 // both halves by the K and V fragments it loaded once: the keys are read by half as many blocks
 // (m_tiles() says where that pays).
-template <int d, int R = 1>
+template <int d, int R = 1, bool Late = (R == 2)>
 struct Tiles {
-  static constexpr bool kLate = R == 2;  // the copies after the wait, with one stage more
+  static constexpr bool kLate = Late;  // the copies after the wait, with one stage more
   static constexpr int kStages = (d <= 64 ? 5 : 2) + (kLate ? 1 : 0);
   static constexpr int kRows = R * B_r;                                    // rows of a tile
   static constexpr int kTileElems = B_w * d;                               // one K or V warp tile
@@ -148,14 +150,15 @@ __device__ __forceinline__ void wait_for_prerequisite_grid() {
 // (limits() keeps Nq, Nk below 2^30); packed rows and tensor offsets are 64-bit.
 // S == 1: O and L are written directly (storage type, fp32). S > 1: the normalised partial O_s
 // (fp32) and L_s go to O_part [S][B·H·Nq][d] and L_part [S][B·H·Nq] for merge_kernel.
-template <class T, int d, int R>
+template <class T, int d, int R, bool Late = (R == 2)>
 __global__ void __launch_bounds__(kThreads)
 attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                  T* __restrict__ O, float* __restrict__ L, float* __restrict__ O_part,
                  float* __restrict__ L_part, int64_t M, int Nq, int Nk, int64_t H_kv, int64_t T_r, int S,
                  int64_t rows_total, float scale, bool causal, const int32_t* __restrict__ seqused_k,
                  VariantArgs var) {
-  constexpr int kStages = Tiles<d, R>::kStages, kTileElems = Tiles<d, R>::kTileElems, kRows = Tiles<d, R>::kRows;
+  using Tl = Tiles<d, R, Late>;
+  constexpr int kStages = Tl::kStages, kTileElems = Tl::kTileElems, kRows = Tl::kRows;
   const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
   extern __shared__ __align__(128) unsigned char smem[];
   T* Q_s = reinterpret_cast<T*>(smem);  // Q tile: [kRows][d] in shared memory
@@ -266,7 +269,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
     if constexpr (R == 1) {
       if (k < n_step) __syncthreads();
     }
-    if constexpr (!Tiles<d, R>::kLate) {  // the next copies first (Tiles: the same tiles in flight at the wait)
+    if constexpr (!Late) {  // the next copies first (Tiles: the same tiles in flight at the wait)
       __syncwarp();  // every lane is done reading tile k − 1: its slot takes tile k + kStages − 1
       if (k + kStages - 1 < n_mine) load_kv(k + kStages - 1);
       mma::cp_async_commit();
@@ -510,11 +513,12 @@ merge_kernel(const float* __restrict__ O_part, const float* __restrict__ L_part,
 
 // ---- Host side ----------------------------------------------------------------------------------
 
-// What the heuristic needs from the device: SMs, and how many blocks of this kernel one SM holds
-// (from the occupancy calculator, so a GPU with less shared memory gets the right count). Queried
-// once per device and head dim; {0, 0} without a usable device (then S = 1).
+// What the heuristic needs from the device: SMs, how many blocks of this kernel one SM holds (from
+// the occupancy calculator, so a GPU with less shared memory gets the right count), and the memory's
+// peak (deep_ring). Queried once per device and head dim; zeros without a usable device (then S = 1).
 struct DeviceFacts {
   int sms = 0, blocks_per_sm = 0, major = 0;
+  double memory_bytes_per_s = 0;  // 2 transfers per clock × bus width: H100 SXM 3.35e12, H200 4.92e12
 };
 
 template <int d>
@@ -527,16 +531,23 @@ DeviceFacts device_facts() {
   std::lock_guard<std::mutex> lock(mu);
   if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 && known[dev]) return cache[dev];
   DeviceFacts f;
+  int memory_khz = 0, bus_bits = 0;
   // Both storage types have the same resources; the attribute is needed before any launch (the
   // 16-row kernels' is the one-per-SM request, the most they are launched with).
   const bool ok =
       cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < 64 &&
       cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
       cudaDeviceGetAttribute(&f.major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev) == cudaSuccess &&
       cudaFuncSetAttribute(attention_kernel<__half, d, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, alone) ==
           cudaSuccess &&
       cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, alone) ==
           cudaSuccess &&
+      cudaFuncSetAttribute(attention_kernel<__half, d, 1, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, alone) ==
+          cudaSuccess &&  // deep_ring's
+      cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d, 1, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           alone) == cudaSuccess &&
       cudaFuncSetAttribute(attention_kernel<__half, d, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2) ==
           cudaSuccess &&
       cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2) ==
@@ -547,6 +558,7 @@ DeviceFacts device_facts() {
     cudaGetLastError();  // no usable device: the runner reports that (and a launch would, checked)
     return {};
   }
+  f.memory_bytes_per_s = 2.0 * memory_khz * 1e3 * bus_bits / 8;
   cache[dev] = f;
   known[dev] = true;
   return f;
@@ -665,6 +677,23 @@ bool one_per_sm(const Problem& p) {
   return sms > 0 && p.B * p.H_kv * row_tiles(p) >= 3 * int64_t(sms);
 }
 
+// The ring of the 32-row tiles (Late: 3 stages at d = 128, the copies after the wait) for an unsplit
+// grid of 16-row tiles at d = 128, on a device whose memory's peak is 4 TB/s or more (an H200: 4.92;
+// an H100 SXM: 3.35). Little's law: the bytes a kernel keeps in flight are its bandwidth times the
+// memory's latency, so the faster memory needs more of them at the same latency. The 2-stage ring keeps
+// one warp tile of K and V (8 KiB) per warp in flight while the warp multiplies, 32 KiB per block; the
+// Late ring keeps two, 64 KiB. One block per SM at the H200's ~4.6 TB/s moves ~35 bytes per ns, so 32
+// KiB cover ~0.9 µs of latency, and an H100's ~3.0 TB/s ~1.4 µs (our reading; latency under load not
+// measured). Runs 172 (H200) and 173 (H100): 10b's unsplit launches (the same kernel as this step's)
+// with 1–3 more stages, three interleaved rounds, six points (B 16 and 64, H_kv 8 and 32, Nq 1 and 4,
+// Nk 8192–131072; docs/results/explorations/…-run172-*, …-run173-*), outputs equal bit for bit: on the
+// H200 the Late ring was 1.3–3.4% faster than the 2-stage ring at all six (B 64, H_kv 32, Nq 1, Nk
+// 32768: 7534 against 7722 µs, cuDNN 7640), 2 more stages with the early copies about as fast; on the
+// H100 the 2-stage ring was the fastest at all six (Late 0.2–2.1% slower: 11118 against 10892 µs at
+// that point) — why the deeper ring costs there is not known. Split grids keep their ring: not measured.
+bool deep_memory(int64_t d) { return facts_for(d).memory_bytes_per_s >= 4e12; }  // 10b reads it too
+bool deep_ring(const Problem& p) { return p.d == 128 && m_tiles(p) == 1 && splits(p) == 1 && deep_memory(p.d); }
+
 size_t workspace_bytes(const Problem& p) {
   const int64_t S = splits(p);
   if (S == 1) return 0;  // the split kernel writes O and L itself
@@ -715,6 +744,8 @@ void launch(const Problem& p, const ForwardArgs& a) {
   };
   if (m_tiles(p) == 2)
     split(attention_kernel<T, d, 2>, Tiles<d, 2>::kSmem);
+  else if (deep_ring(p))
+    split(attention_kernel<T, d, 1, true>, one_per_sm(p) ? Tiles<d>::kSmemAlone : Tiles<d, 1, true>::kSmem);
   else
     split(attention_kernel<T, d, 1>, one_per_sm(p) ? Tiles<d>::kSmemAlone : Tiles<d>::kSmem);
   FL_CUDA(cudaGetLastError());

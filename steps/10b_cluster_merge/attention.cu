@@ -50,6 +50,7 @@
 
 namespace fl::s10 {  // this step's base (steps/10_split_kv): its split rule and its two launches
 int splits(const Problem& p);
+bool deep_memory(int64_t d);  // the device's memory needs the deeper ring (step 10's deep_ring)
 extern const StepImpl impl;
 }  // namespace fl::s10
 
@@ -755,9 +756,13 @@ void launch(const Problem& p, const ForwardArgs& a) {
   device_facts<d>();  // sets the kernels' shared-memory and cluster-size attributes
   if (!p.seqused_k.empty() && !a.seqused_k) throw Error("seqused_k needs its device copy: the call passed none");
   const int S = splits(p);
-  auto kernel = attention_kernel<T, d, R, true>;  // a split launch's clusters: the copies after the wait (Tiles)
+  // A split launch's clusters send the copies after the wait (Tiles), and so does an unsplit grid of
+  // 16-row tiles on a device whose memory wants more bytes in flight (step 10's deep_ring); else the
+  // copies first, with a stage fewer.
+  const bool late = R == 2 || S > 1 || (d == 128 && fl::s10::deep_memory(d));
+  auto kernel = attention_kernel<T, d, R, true>;
   if constexpr (R == 1) {
-    if (S == 1) kernel = attention_kernel<T, d, 1, false>;  // an unsplit grid of 16-row tiles: the copies first
+    if (!late) kernel = attention_kernel<T, d, 1, false>;
   }
   FL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                int(Tiles<d>::kSmemAlone)));  // again, checked: a failed query above is reported here
@@ -765,7 +770,9 @@ void launch(const Problem& p, const ForwardArgs& a) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(p.B * p.H_kv * T_r * S));
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = S > 1 || one_per_sm(p) ? Tiles<d>::kSmemAlone : Tiles<d, R>::kSmem;  // else two per SM
+  size_t smem = Tiles<d, R>::kSmem;  // the ring's own size: two blocks per SM
+  if constexpr (R == 1) smem = late ? Tiles<d, 1, true>::kSmem : Tiles<d, 1, false>::kSmem;
+  cfg.dynamicSmemBytes = S > 1 || one_per_sm(p) ? Tiles<d>::kSmemAlone : smem;
   cfg.stream = static_cast<cudaStream_t>(a.stream);
   cudaLaunchAttribute cluster[1];
   cluster[0].id = cudaLaunchAttributeClusterDimension;
