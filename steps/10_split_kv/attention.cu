@@ -84,7 +84,7 @@ constexpr int kMaxSplits = 256;  // S is clamped to this (and to the number of w
 // after the wait: a warp's arithmetic there is twice as long, and the early copies with a stage fewer
 // were 2.6–6.8% slower (run 156). Blocks share an SM: two, or three of the 68 KiB blocks at d = 128
 // with 16-row tiles (run 157, B 6–12, H_kv 32: the same times as with two per SM); one_per_sm() says
-// when one block per SM is asked for instead (kSmemAlone), and deep_ring() when an unsplit grid of
+// when one block per SM is asked for instead (kSmemAlone), and deep_ring() when a grid of
 // 16-row tiles takes the 32-row tiles' ring (Late: 3 stages, the copies after the wait) on a device
 // whose memory needs more bytes in flight.
 // R: the row tile's m-tiles of B_r rows, 1 or 2. With R = 2 a tile of 32 rows has each warp multiply
@@ -677,8 +677,8 @@ bool one_per_sm(const Problem& p) {
   return sms > 0 && p.B * p.H_kv * row_tiles(p) >= 3 * int64_t(sms);
 }
 
-// The ring of the 32-row tiles (Late: 3 stages at d = 128, the copies after the wait) for an unsplit
-// grid of 16-row tiles at d = 128, on a device whose memory's peak is 4 TB/s or more (an H200: 4.92;
+// The ring of the 32-row tiles (Late: 3 stages at d = 128, the copies after the wait) for a grid of
+// 16-row tiles at d = 128, on a device whose memory's peak is 4 TB/s or more (an H200: 4.92;
 // an H100 SXM: 3.35). Little's law: the bytes a kernel keeps in flight are its bandwidth times the
 // memory's latency, so the faster memory needs more of them at the same latency. The 2-stage ring keeps
 // one warp tile of K and V (8 KiB) per warp in flight while the warp multiplies, 32 KiB per block; the
@@ -690,9 +690,11 @@ bool one_per_sm(const Problem& p) {
 // H200 the Late ring was 1.3–3.4% faster than the 2-stage ring at all six (B 64, H_kv 32, Nq 1, Nk
 // 32768: 7534 against 7722 µs, cuDNN 7640), 2 more stages with the early copies about as fast; on the
 // H100 the 2-stage ring was the fastest at all six (Late 0.2–2.1% slower: 11118 against 10892 µs at
-// that point) — why the deeper ring costs there is not known. Split grids keep their ring: not measured.
+// that point) — why the deeper ring costs there is not known. Split grids of 16-row tiles take it too
+// (run 176): at B 1 on the H200 they are the same 128-odd streaming blocks, and there 10b, which runs
+// this step's kernels, was 0.97–0.99× cuDNN with the 2-stage ring (run 174).
 bool deep_memory(int64_t d) { return facts_for(d).memory_bytes_per_s >= 4e12; }  // 10b reads it too
-bool deep_ring(const Problem& p) { return p.d == 128 && m_tiles(p) == 1 && splits(p) == 1 && deep_memory(p.d); }
+bool deep_ring(const Problem& p) { return p.d == 128 && m_tiles(p) == 1 && deep_memory(p.d); }
 
 size_t workspace_bytes(const Problem& p) {
   const int64_t S = splits(p);
