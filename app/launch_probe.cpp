@@ -18,10 +18,12 @@
 //
 // It links the step objects, steps/ladder.cpp and the oracle library only, not libcudart: the
 // functions below are the runtime's entry points that those objects call (`nm -u` lists them), with
-// the runtime's own signatures (cuda_runtime_api.h, crt/host_runtime.h). The device they describe is
-// an H100/H200 (132 SMs, compute capability 9.0, 227 KiB of opt-in shared memory per block): the
-// launchers ask for the SM count only to choose a grid (step 10's split count), never a block size or
-// shared memory. A runtime entry point a step starts to use and this file lacks fails the link, naming it.
+// the runtime's own signatures (cuda_runtime_api.h, crt/host_runtime.h). The devices they describe are
+// an H100 SXM (device 0) and an H200 (device 1): 132 SMs, compute capability 9.0, 227 KiB of opt-in
+// shared memory per block, and each its memory (clock and bus width). The launchers ask for the SM
+// count to choose a grid (step 10's split count), and steps 10 and 10b for the memory's peak, which
+// chooses a grid (10b's blocks for the memory) and a ring (step 10's deep_ring: the H200's launches
+// use kernels and shared memory that the H100's do not), so every problem is probed on both. A runtime entry point a step starts to use and this file lacks fails the link, naming it.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -53,6 +55,8 @@ struct Launch {
   }
 };
 std::set<Launch>* g_launches = nullptr;  // where the running step's launches go
+int g_device = 0;                         // the stand-in device the launchers see: 0 an H100, 1 an H200
+const char* const kDeviceNames[2] = {"H100", "H200"};
 
 void record(const void* fun, dim3 block, size_t smem) {
   auto it = kernel_names().find(fun);
@@ -112,11 +116,13 @@ cudaError_t CUDARTAPI cudaLaunchKernelExC(const cudaLaunchConfig_t* config, cons
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaGetDevice(int* device) {
-  *device = 0;
+  *device = g_device;
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int) {
+cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
   switch (attr) {
+    case cudaDevAttrMemoryClockRate: *value = device == 1 ? 3201000 : 2619000; break;  // kHz, as nvidia-smi's max
+    case cudaDevAttrGlobalMemoryBusWidth: *value = device == 1 ? 6144 : 5120; break;   // bits
     case cudaDevAttrMultiProcessorCount: *value = 132; break;
     case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
     case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
@@ -208,7 +214,8 @@ int main(int argc, char** argv) {
   using namespace fl;
   if (argc == 2 && (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)) {
     std::cout << "flashladder_launches: every GPU step's kernel launches, recorded without a GPU (one JSON object\n"
-                 "per launch: step, pass, kernel, threads, dynamic shared memory, problem).\n"
+                 "per launch: step, pass, kernel, threads, dynamic shared memory, problem, and the stand-in\n"
+                 "device, an H100 or an H200, whose memory's peak chooses some of steps 10 and 10b's launches).\n"
                  "  --splits   step 10's key splits S over issue 17's decode sweep on a stand-in of 132 SMs\n";
     return 0;
   }
@@ -231,6 +238,7 @@ int main(int argc, char** argv) {
   // Bits: 1 softcap, 2 ALiBi, 4 variable length, 8 seqused_k (alone: the [B][H][N][d] layout with
   // per-sequence keys), 16 a window of (100, 0).
   int refused = 0, ran = 0;
+  for (g_device = 0; g_device < 2; ++g_device)
   for (const Step& s : ladder()) {
     if (!s.gpu() || !s.impl) continue;
     for (int var = 0; var < 32; ++var) {
@@ -290,7 +298,8 @@ int main(int argc, char** argv) {
                 for (const Launch& l : launches)
                   std::cout << "{\"step\": " << quoted(s.folder) << ", \"pass\": \"" << (bwd ? "bwd" : "fwd")
                             << "\", \"kernel\": " << quoted(l.kernel) << ", \"threads\": " << l.threads
-                            << ", \"dynamic_smem\": " << l.smem << ", \"problem\": " << quoted(p.describe()) << "}\n";
+                            << ", \"dynamic_smem\": " << l.smem << ", \"problem\": " << quoted(p.describe())
+                            << ", \"device\": \"" << kDeviceNames[g_device] << "\"}\n";
               }
     }
   }

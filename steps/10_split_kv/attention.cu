@@ -521,6 +521,18 @@ struct DeviceFacts {
   double memory_bytes_per_s = 0;  // 2 transfers per clock × bus width: H100 SXM 3.35e12, H200 4.92e12
 };
 
+// deep_ring's kernels (d = 128 only): the one-per-SM request, as the 2-stage ring's.
+template <int d>
+bool allow_deep_ring(int alone) {
+  if constexpr (d == 128)
+    return cudaFuncSetAttribute(attention_kernel<__half, d, 1, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                alone) == cudaSuccess &&
+           cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d, 1, true>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, alone) == cudaSuccess;
+  else
+    return true;
+}
+
 template <int d>
 DeviceFacts device_facts() {
   static std::mutex mu;
@@ -544,10 +556,7 @@ DeviceFacts device_facts() {
           cudaSuccess &&
       cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, alone) ==
           cudaSuccess &&
-      cudaFuncSetAttribute(attention_kernel<__half, d, 1, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, alone) ==
-          cudaSuccess &&  // deep_ring's
-      cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d, 1, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           alone) == cudaSuccess &&
+      allow_deep_ring<d>(alone) &&
       cudaFuncSetAttribute(attention_kernel<__half, d, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2) ==
           cudaSuccess &&
       cudaFuncSetAttribute(attention_kernel<__nv_bfloat16, d, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2) ==
@@ -687,12 +696,17 @@ bool one_per_sm(const Problem& p) {
 // measured). Runs 172 (H200) and 173 (H100): 10b's unsplit launches (the same kernel as this step's)
 // with 1–3 more stages, three interleaved rounds, six points (B 16 and 64, H_kv 8 and 32, Nq 1 and 4,
 // Nk 8192–131072; docs/results/explorations/…-run172-*, …-run173-*), outputs equal bit for bit: on the
-// H200 the Late ring was 1.3–3.4% faster than the 2-stage ring at all six (B 64, H_kv 32, Nq 1, Nk
+// H200 the Late ring was 2.2–2.9% faster than the 2-stage ring at all six (B 64, H_kv 32, Nq 1, Nk
 // 32768: 7534 against 7722 µs, cuDNN 7640), 2 more stages with the early copies about as fast; on the
-// H100 the 2-stage ring was the fastest at all six (Late 0.2–2.1% slower: 11118 against 10892 µs at
-// that point) — why the deeper ring costs there is not known. Split grids of 16-row tiles take it too
-// (run 176): at B 1 on the H200 they are the same 128-odd streaming blocks, and there 10b, which runs
-// this step's kernels, was 0.97–0.99× cuDNN with the 2-stage ring (run 174).
+// H100 the 2-stage ring was the fastest at all six (Late 0.1–2.1% slower: 11118 against 10892 µs at
+// that point) — why the deeper ring costs there is not known. H200s differ: run 174's reads ~2% faster
+// than run 176's (fl_read_stream at B 64, H_kv 32, Nq 1, Nk 32768: 7376 against 7515 µs), and there
+// the unsplit points gained (10b 7565 → 7372 µs, runs 171 → 174, against cuDNN's 7425); on one like
+// run 176's they did not move (7535 in run 144, 7535 in run 176). Split grids of 16-row tiles take the
+// Late ring too, on the same reading (at B 1 they are the same 128-odd streaming blocks, and on run
+// 174's H200 10b, which runs this step's kernels there, was 0.97–0.99× cuDNN with the 2-stage ring):
+// on run 176's H200 no change against run 144 (B 1, H_kv 32, Nq 1, Nk 131072: 480.1 against 479.8 µs);
+// on an H200 like run 174's not measured.
 bool deep_memory(int64_t d) { return facts_for(d).memory_bytes_per_s >= 4e12; }  // 10b reads it too
 bool deep_ring(const Problem& p) { return p.d == 128 && m_tiles(p) == 1 && deep_memory(p.d); }
 
@@ -746,10 +760,10 @@ void launch(const Problem& p, const ForwardArgs& a) {
   };
   if (m_tiles(p) == 2)
     split(attention_kernel<T, d, 2>, Tiles<d, 2>::kSmem);
-  else if (deep_ring(p))
-    split(attention_kernel<T, d, 1, true>, one_per_sm(p) ? Tiles<d>::kSmemAlone : Tiles<d, 1, true>::kSmem);
-  else
+  else if (!deep_ring(p))
     split(attention_kernel<T, d, 1>, one_per_sm(p) ? Tiles<d>::kSmemAlone : Tiles<d>::kSmem);
+  else if constexpr (d == 128)  // deep_ring is d = 128 only
+    split(attention_kernel<T, d, 1, true>, one_per_sm(p) ? Tiles<d>::kSmemAlone : Tiles<d, 1, true>::kSmem);
   FL_CUDA(cudaGetLastError());
   if (S == 1) return;
   cudaLaunchConfig_t cfg = {};
