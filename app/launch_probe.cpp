@@ -23,7 +23,8 @@
 // shared memory per block, and each its memory (clock and bus width). The launchers ask for the SM
 // count to choose a grid (step 10's split count), and steps 10 and 10b for the memory's peak, which
 // chooses a grid (10b's blocks for the memory) and a ring (step 10's deep_ring: the H200's launches
-// use kernels and shared memory that the H100's do not), so every problem is probed on both. A runtime entry point a step starts to use and this file lacks fails the link, naming it.
+// use kernels and shared memory that the H100's do not), so every problem is probed on both. A
+// runtime entry point a step starts to use and this file lacks fails the link, naming it.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -238,7 +239,7 @@ int main(int argc, char** argv) {
   // Bits: 1 softcap, 2 ALiBi, 4 variable length, 8 seqused_k (alone: the [B][H][N][d] layout with
   // per-sequence keys), 16 a window of (100, 0).
   int refused = 0, ran = 0;
-  for (g_device = 0; g_device < 2; ++g_device)
+  for (g_device = 0; g_device < 2; ++g_device)  // the H100, then the H200: each step's launches on both
   for (const Step& s : ladder()) {
     if (!s.gpu() || !s.impl) continue;
     for (int var = 0; var < 32; ++var) {
