@@ -704,7 +704,7 @@ bool one_per_sm(const Problem& p) {
 // the unsplit points gained (10b 7565 → 7372 µs, runs 171 → 174, against cuDNN's 7425); on one like
 // run 176's they did not move (7535 in run 144, 7535 in run 176). Split grids of 16-row tiles take the
 // Late ring too, on the same reading (at B 1 they are the same 128-odd streaming blocks, and on run
-// 174's H200 10b, which runs this step's kernels there, was 0.97–0.99× cuDNN with the 2-stage ring):
+// 174's H200 10b, which runs this step's kernels there, was 0.967–0.993× cuDNN at three B 1 points):
 // on run 176's H200 no change against run 144 (B 1, H_kv 32, Nq 1, Nk 131072: 480.1 against 479.8 µs);
 // on an H200 like run 174's not measured.
 bool deep_memory(int64_t d) { return facts_for(d).memory_bytes_per_s >= 4e12; }  // 10b reads it too
