@@ -160,6 +160,8 @@ def decode_table(records, ours=None):
     # "copy's µs": the K+V bytes at the copy's bytes/s. Step 10's time over it is what the copy does not
     # pay (launches, the first loads' latency, the merge); 85% of the copy allows 1/0.85 − 1 = 0.176 of
     # the copy's time for it, so a small read misses that bar whatever its kernel streams at.
+    # Ratios to three places and the copy's share to one: the verdict is on the unrounded values, and at
+    # two places a miss by 0.2% (0.996×, 84.9%) read as "1.00" and "85%" beside its **no** (run 177).
     lines = [f"Device-to-device copy in the same run: {bw / 1e12:.2f} TB/s (read + write).\n" if bw else "",
              f"| B | H | H_kv | Nq | Nk | {n} µs | copy's µs | {n} TFLOP/s | {n} K+V TB/s | of copy | / FLASH | / cuDNN | "
              + ("/ 10 | " if base else "") + "bars met |",
@@ -182,7 +184,7 @@ def decode_table(records, ours=None):
         b10 = by[base].get(k, {}).get("tflops") if base else None
         vs10 = (f"{r['tflops'] / b10:.2f} | " if b10 else "– | ") if base else ""
         lines.append(f"| {k[3]} | {k[4]} | {k[5]} | {k[6]} | {k[7]} | {us:.1f} | {copy_us:.1f} | {r['tflops']:.1f} | "
-                     f"{kv / 1e12:.2f} | {100 * frac:.0f}% | {rf:.2f} | {rc:.2f} | {vs10}{mark(ok)} |")
+                     f"{kv / 1e12:.2f} | {100 * frac:.1f}% | {rf:.3f} | {rc:.3f} | {vs10}{mark(ok)} |")
     # How many of the points with Nk >= 8192 met all three bars, and each bar alone (a missing FLASH or
     # cuDNN record, or a missing record of the step, is a bar missed, as in the table); for step 10 too
     # when 10b is judged, at 10b's points and against the same FLASH and cuDNN records.
@@ -292,7 +294,7 @@ def decode_repeat_table(runs):
             rc = r["tflops"] / cu if cu else float("nan")
             ok = all(decode_verdict(by, bw, ours, k))
             met += int(ok)
-            cells.append(f"{rc:.3f} / {100 * kv / bw:.0f}%" + ("" if ok else " ✗"))
+            cells.append(f"{rc:.3f} / {100 * kv / bw:.1f}%" + ("" if ok else " ✗"))
         every += int(met == len(runs))
         some += int(met > 0)
         lines.append(f"| {k[3]} | {k[5]} | {k[6]} | {k[7]} | " + " | ".join(cells) + f" | {met} of {len(runs)} |")

@@ -100,8 +100,8 @@ class Bars(unittest.TestCase):
         dec = decode_rec
         recs = two_decode_points()
         out = decode_bars(recs)
-        self.assertIn("| 1 | 32 | 8 | 1 | 8192 | 22.0 | 11.2 | 6.1 | 1.53 | 51% | 1.33 | 1.02 | **no** |", out)
-        self.assertIn("| 16 | 32 | 8 | 1 | 32768 | 692.7 | 715.8 | 12.4 | 3.10 | 103% | 1.02 | 1.01 | yes |", out)
+        self.assertIn("| 1 | 32 | 8 | 1 | 8192 | 22.0 | 11.2 | 6.1 | 1.53 | 50.8% | 1.326 | 1.017 | **no** |", out)
+        self.assertIn("| 16 | 32 | 8 | 1 | 32768 | 692.7 | 715.8 | 12.4 | 3.10 | 103.3% | 1.016 | 1.008 | yes |", out)
         self.assertIn("B 1, H_kv 8, Nq 1, Nk 8192: 10.8 µs over, 2.0 allowed.", out)
         self.assertNotIn("Nk 32768: ", out.split("Under 85%")[1])
         # The count: of the two points (both Nk >= 8192), the first misses the copy's bar, the second meets all.
@@ -112,8 +112,8 @@ class Bars(unittest.TestCase):
         recs += [dec("10b_cluster_merge", 1, 8192, 0.020, 6.1 * 1.1), dec("10b_cluster_merge", 1, 32768, 0.05, 10.0)]
         out = decode_bars(recs)
         self.assertIn("| B | H | H_kv | Nq | Nk | 10b µs | copy's µs |", out)
-        self.assertIn("| 1 | 32 | 8 | 1 | 8192 | 20.0 | 11.2 | 6.7 | 1.68 | 56% | 1.46 | 1.12 | 1.10 | **no** |", out)
-        self.assertIn("| 1 | 32 | 8 | 1 | 32768 | 50.0 | 44.7 | 10.0 | 2.68 | 89% | nan | nan | – | **no** |", out)
+        self.assertIn("| 1 | 32 | 8 | 1 | 8192 | 20.0 | 11.2 | 6.7 | 1.68 | 55.9% | 1.459 | 1.118 | 1.10 | **no** |", out)
+        self.assertIn("| 1 | 32 | 8 | 1 | 32768 | 50.0 | 44.7 | 10.0 | 2.68 | 89.5% | nan | nan | – | **no** |", out)
         self.assertIn("step 10b's time over the copy's time", out)
         # Counted at 10b's points: its 32768 point has no FLASH or cuDNN record (bars missed), and step 10
         # has no record there at all; step 10's B 16 point is not one of 10b's.
@@ -167,7 +167,9 @@ class DecodeRepetitions(unittest.TestCase):
             out = bars("--decode", paths[0], "--decode", paths[1])
         self.assertEqual(out.count("# The bars of issue 17"), 2)
         self.assertIn("# Issue 17's bars over the 2 runs above", out)
-        self.assertIn("| 16 | 8 | 1 | 32768 | 1.008 / 103% | 0.992 / 103% ✗ | 1 of 2 |", out)
+        self.assertIn("| 16 | 8 | 1 | 32768 | 1.008 / 103.3% | 0.992 / 103.3% ✗ | 1 of 2 |", out)
+        # Each run's table shows the miss by 0.8% as one (three places), not as "0.99" beside **no**.
+        self.assertRegex(out, r"\| 1\.0\d\d \| 0\.992 \| \*\*no\*\* \|")
         self.assertIn("0 of 1 points met their bars in every run, 1 in at least one", out)
 
     def test_nan_meets_no_bar(self):
