@@ -73,11 +73,12 @@ constexpr int kMaxSplits = 16;  // S: at most one cluster of blocks (Hopper's no
 // one_per_sm() asks for one per SM (kSmemAlone).
 // R: the row tile's m-tiles of B_r rows, 1 or 2. With R = 2 a tile of 32 rows has each warp multiply
 // both halves by the K and V fragments it loaded once: the keys are read by half as many blocks
-// (m_tiles() says where that pays).
-template <int d, int R = 1, bool Late = (R == 2)>
+// (m_tiles() says where that pays). Extra: stages more still, for a split launch's clusters on a fast
+// memory (deep_clusters()).
+template <int d, int R = 1, bool Late = (R == 2), int Extra = 0>
 struct Tiles {
   static constexpr bool kLate = Late;  // the copies after the wait, with one stage more
-  static constexpr int kStages = (d <= 64 ? 5 : 2) + (kLate ? 1 : 0);
+  static constexpr int kStages = (d <= 64 ? 5 : 2) + (kLate ? 1 : 0) + Extra;
   static constexpr int kRows = R * B_r;                                    // rows of a tile
   static constexpr int kTileElems = B_w * d;                               // one K or V warp tile
   static constexpr int kRingElems = kWarps * kStages * 2 * kTileElems;     // every warp's K and V slots
@@ -94,7 +95,8 @@ struct Tiles {
   //    2.45 TB/s here against 2.53 with these rings (run 81, another H100), and at B 1, H_kv 32 (S = 3)
   //    2.33–2.64 TB/s against step 10's 2.61–3.10 in the same run (README.md, "What did not work").
   static constexpr size_t kSmemAlone = 116 * 1024;
-  static_assert(kSmemAlone >= kSmem, "the one-per-SM request holds the tiles");
+  static_assert(Extra > 0 || kSmemAlone >= kSmem, "the one-per-SM request holds the tiles");
+  static_assert(kSmem <= 227 * 1024, "a block's shared memory: at most Hopper's 227 KiB");
   // After the loop the rings hold the warps' partial O (fp32, rows padded by 4 floats) and m, ℓ.
   static constexpr size_t kMergeBytes = size_t(kWarps * kRows * (d + 4) + 2 * kWarps * kRows) * 4;
   // Then, behind them, the block's partial for the cluster: O_s [kRows][d] and L_s [kRows], fp32.
@@ -131,13 +133,13 @@ __device__ __forceinline__ void load_rows(T* tile, const T* block, int64_t rows_
 // (limits() keeps Nq, Nk below 2^30); packed rows and tensor offsets are 64-bit.
 // S == 1: O and L are written directly (storage type, fp32). S > 1: the normalised partial O_s and L_s
 // (fp32) stay in this block's shared memory, and the cluster of the tile's S blocks merges them.
-template <class T, int d, int R, bool Late>
+template <class T, int d, int R, bool Late, int Extra = 0>
 __global__ void __launch_bounds__(kThreads)
 attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                  T* __restrict__ O, float* __restrict__ L, int64_t M, int Nq, int Nk, int64_t H_kv, int64_t T_r,
                  int S, float scale, bool causal, const int32_t* __restrict__ seqused_k,
                  VariantArgs var) {
-  using Tl = Tiles<d, R, Late>;
+  using Tl = Tiles<d, R, Late, Extra>;
   constexpr int kStages = Tl::kStages, kTileElems = Tl::kTileElems, kRows = Tl::kRows;
   const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
   extern __shared__ __align__(128) unsigned char smem[];
@@ -524,6 +526,17 @@ bool allow_clusters(Kernel kernel, int smem_alone) {
          cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
 }
 
+// deep_clusters()' kernels (d = 128 only): a ring a stage deeper, 132 KiB, still one block per SM.
+template <int d>
+bool allow_deep_clusters() {
+  if constexpr (d == 128) {
+    constexpr int smem = int(Tiles<d, 1, true, 1>::kSmem);
+    return allow_clusters(attention_kernel<__half, d, 1, true, 1>, smem) &&
+           allow_clusters(attention_kernel<__nv_bfloat16, d, 1, true, 1>, smem);
+  }
+  return true;
+}
+
 template <int d>
 DeviceFacts device_facts() {
   static std::mutex mu;
@@ -547,7 +560,7 @@ DeviceFacts device_facts() {
       allow_clusters(attention_kernel<__half, d, 2, true>, smem_alone) &&
       allow_clusters(attention_kernel<__nv_bfloat16, d, 2, true>, smem_alone) &&
       allow_clusters(attention_kernel<__half, d, 1, false>, smem_alone) &&  // unsplit: one_per_sm's request
-      allow_clusters(attention_kernel<__nv_bfloat16, d, 1, false>, smem_alone) &&
+      allow_clusters(attention_kernel<__nv_bfloat16, d, 1, false>, smem_alone) && allow_deep_clusters<d>() &&
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, attention_kernel<__half, d, 1, false>, kThreads, smem) ==
           cudaSuccess;
   if (!ok) {
@@ -687,6 +700,22 @@ bool one_per_sm(const Problem& p) {
   return sms > 0 && p.B * p.H_kv * row_tiles(p) >= 3 * int64_t(sms);
 }
 
+// A split launch's clusters of 16-row tiles at d = 128 a stage deeper (4 stages, copies after the wait:
+// 3 warp tiles in flight while a warp multiplies; 132 KiB, still one block per SM) on a memory of 4
+// TB/s or more (step 10's deep_memory), where each split reads 2048 keys or more. The clusters' 96
+// blocks (B 1, H_kv 32) each stream a larger share of the read than step 10's 128, and on a faster
+// memory each wants more bytes in flight (Little's law, as step 10's deep_ring). Runs 180 and 181
+// (H200, B 1, H = 32, an FL_EXP switch, not committed; three and five interleaved rounds, means): at H_kv
+// 32, Nk 8192 (S = 3, 2731 keys per split) 36.7 µs against 37.1 at Nq 1 and 37.3 against 37.5 at Nq 4
+// (run 180: 36.9 against 37.3); at Nk 1024 (341 keys per split) 0.3 µs slower (11.3 against 11.0 at
+// Nq 1, 11.5 against 11.2 at Nq 4: the deeper ring's first fill is most of so short a read). Two stages
+// more (5, 164 KiB) were slower than none (39.0 µs at Nq 4, Nk 8192), three more slower still (40.4).
+// Between 341 and 2731 keys per split not measured: the line is drawn at 2048. The 32-row tiles'
+// clusters (R = 2) and d = 64 were not measured; the H100's launches do not change.
+bool deep_clusters(const Problem& p, int64_t S) {
+  return p.d == 128 && S > 1 && m_tiles(p) == 1 && fl::s10::deep_memory(p.d) && keys_visited(p) / S >= 2048;
+}
+
 // Where the clusters cannot read fast enough: a tile's splits are one cluster, so 10b streams on S
 // blocks per tile (S ≤ 16, and lowered until every cluster is resident), where step 10's splits are
 // free blocks (up to 30 per tile). One of these blocks reads ≈ 48.8 GB/s when the SM, not the memory,
@@ -760,19 +789,23 @@ void launch(const Problem& p, const ForwardArgs& a) {
   // 16-row tiles on a device whose memory wants more bytes in flight (step 10's deep_ring); else the
   // copies first, with a stage fewer.
   const bool late = R == 2 || S > 1 || (d == 128 && fl::s10::deep_memory(d));
+  const bool deeper = deep_clusters(p, S);  // the clusters' ring a stage deeper (R = 1, d = 128 only)
   auto kernel = attention_kernel<T, d, R, true>;
   if constexpr (R == 1) {
     if (!late) kernel = attention_kernel<T, d, 1, false>;
+    if constexpr (d == 128)
+      if (deeper) kernel = attention_kernel<T, d, 1, true, 1>;
   }
+  const size_t smem_alone = deeper ? Tiles<d, 1, true, 1>::kSmem : Tiles<d>::kSmemAlone;  // one block per SM
   FL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               int(Tiles<d>::kSmemAlone)));  // again, checked: a failed query above is reported here
+                               int(smem_alone)));  // again, checked: a failed query above is reported here
   const int64_t M = p.group() * p.Nq, T_r = row_tiles(p);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(p.B * p.H_kv * T_r * S));
   cfg.blockDim = dim3(kThreads);
   size_t smem = Tiles<d, R>::kSmem;  // the ring's own size: two blocks per SM
   if constexpr (R == 1) smem = late ? Tiles<d, 1, true>::kSmem : Tiles<d, 1, false>::kSmem;
-  cfg.dynamicSmemBytes = S > 1 || one_per_sm(p) ? Tiles<d>::kSmemAlone : smem;
+  cfg.dynamicSmemBytes = S > 1 || one_per_sm(p) ? smem_alone : smem;
   cfg.stream = static_cast<cudaStream_t>(a.stream);
   cudaLaunchAttribute cluster[1];
   cluster[0].id = cudaLaunchAttributeClusterDimension;
