@@ -78,6 +78,9 @@ const std::vector<DecodeCase>& decode_cases() {
       {"gqa4_nq16_b60_causal_unsplit_32_row_tiles", 60, 4, 1, 16, 1000, 128, true, DType::f16, 1.0},
       // 512 unsplit tiles of 16 rows at d 128, three or more per SM: steps 10 and 10b run one block per SM.
       {"mha_nq1_b16_nk300_one_block_per_sm", 16, 32, 32, 1, 300, 128, false, DType::bf16, 1.0},
+      // 32 tiles of 16 rows at B 1 in 10b's clusters of 3 (an H200 schedules no 32 clusters of 4), 2732
+      // keys per split: on a memory of 4 TB/s or more (an H200) 10b's ring a stage deeper (deep_clusters).
+      {"mha_nq1_nk8195_causal_deep_cluster_ring", 1, 32, 32, 1, 8195, 128, true, DType::bf16, 1.0},
   };
   return c;
 }
