@@ -706,7 +706,7 @@ bool one_per_sm(const Problem& p) {
 // Late ring too, on the same reading (at B 1 they are the same 128-odd streaming blocks, and on run
 // 174's H200 10b, which runs this step's kernels there, was 0.967–0.993× cuDNN at three B 1 points):
 // on run 176's H200 no change against run 144 (B 1, H_kv 32, Nq 1, Nk 131072: 480.1 against 479.8 µs);
-// on an H200 like run 174's not measured.
+// on one like run 174's (runs 177–178) those three points 2–3% faster (483.1 → 469.1–470.0 µs there).
 bool deep_memory(int64_t d) { return facts_for(d).memory_bytes_per_s >= 4e12; }  // 10b reads it too
 bool deep_ring(const Problem& p) { return p.d == 128 && m_tiles(p) == 1 && deep_memory(p.d); }
 
