@@ -229,12 +229,13 @@ int main(int argc, char** argv) {
   // Problems that reach every launch path of the ladder: square (causal and not), a decode problem
   // (step 10's split-KV path and merge), a long one (more splits, more blocks), MQA with 4 query
   // rows (step 10's tiles of 32 rows: 128 packed rows, split), and 32 K/V heads at B 1 (10b's own
-  // clusters, with 2048 keys per split: on the H200 its deeper ring, deep_clusters).
+  // clusters, with 2048 keys per split: on the H200 its deeper ring, deep_clusters), and 8 K/V heads of
+  // 4 query heads at Nq 4 (8 tiles in 10b's clusters of 9: on the H200 its blocks of 8 warps, eight_warps).
   struct Shape {
     int64_t B, H, H_kv, Nq, Nk;
   };
   const Shape shapes[] = {{2, 4, 2, 512, 512}, {1, 8, 2, 1, 32768}, {1, 8, 2, 4, 8192}, {1, 2, 1, 8192, 8192},
-                          {1, 32, 1, 4, 32768}, {1, 32, 32, 1, 8192}};
+                          {1, 32, 1, 4, 32768}, {1, 32, 32, 1, 8192}, {1, 32, 8, 4, 8192}};
   // The variants' template bits (softcap, ALiBi, per-sequence lengths; 09d's window) select kernels of
   // their own: each combination a step lists is probed too, so every instantiation's launch is recorded.
   // Bits: 1 softcap, 2 ALiBi, 4 variable length, 8 seqused_k (alone: the [B][H][N][d] layout with

@@ -81,6 +81,9 @@ const std::vector<DecodeCase>& decode_cases() {
       // 32 tiles of 16 rows at B 1 in 10b's clusters of 3 (an H200 schedules no 32 clusters of 4), 2732
       // keys per split: on a memory of 4 TB/s or more (an H200) 10b's ring a stage deeper (deep_clusters).
       {"mha_nq1_nk8195_causal_deep_cluster_ring", 1, 32, 32, 1, 8195, 128, true, DType::bf16, 1.0},
+      // 8 tiles of 16 rows (4 query heads × Nq 4) at B 1 in clusters of 9, 910 keys per split: 72 blocks,
+      // under the 89 an H200's memory needs from blocks of 4 warps, so there 10b's blocks of 8 (eight_warps).
+      {"gqa4_nq4_nk8195_causal_eight_warp_clusters", 1, 32, 8, 4, 8195, 128, true, DType::f16, 1.0},
   };
   return c;
 }
@@ -508,6 +511,7 @@ int splits(const Problem& p) __attribute__((weak));
 int clusters_at_once(int64_t d, int size) __attribute__((weak));
 bool uses_step10(const Problem& p) __attribute__((weak));
 int64_t blocks_for_memory(int64_t d) __attribute__((weak));
+bool eight_warps(const Problem& p, int64_t S) __attribute__((weak));
 bool one_per_sm(const Problem& p) __attribute__((weak));
 int m_tiles(const Problem& p) __attribute__((weak));
 int64_t row_tiles(const Problem& p) __attribute__((weak));
@@ -523,7 +527,7 @@ namespace {
 const Step* step10b() {
   const Step* s = find_step("10b");
   return s && s->impl && fl::s10b::splits && fl::s10b::clusters_at_once && fl::s10b::uses_step10 &&
-                 fl::s10b::blocks_for_memory && fl::s10b::m_tiles && fl::s10b::row_tiles && fl::s10::splits_for
+                 fl::s10b::blocks_for_memory && fl::s10b::eight_warps && fl::s10b::m_tiles && fl::s10b::row_tiles && fl::s10::splits_for
              ? s
              : nullptr;
 }
@@ -599,23 +603,29 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
   // on the memory (`blocks`: 10b's blocks, step 10's iff the memory needs more): H_kv 4, Nq 1 at 32768
   // (64 blocks, 2048 keys per split) and H_kv 8, Nq 1 and 4 at 32768 (72 blocks, 3641 keys): 10b's own
   // clusters on an H100, step 10's on an H200; H_kv 32, Nq 4 at 8192 (96 blocks): 10b's on both. Never
-  // when FLASHLADDER_SPLITS asks for a number.
+  // when FLASHLADDER_SPLITS asks for a number. Except (`eight`) where the clusters are at least 0.8 of
+  // the blocks an H200 needs (89): H_kv 8 at Nq 1 and 4, Nk 32768 and 131072 (72 blocks) run 10b's own
+  // clusters in blocks of 8 warps there (eight_warps), not H_kv 4 (64 blocks); never on an H100.
   const Step* s10b = step10b();
   const int64_t needed = fl::s10b::blocks_for_memory(128);
   std::cout << "  blocks that keep up with this GPU's memory (10b's line for its own clusters): " << needed << "\n";
   EXPECT_GE(needed, 1);
-  for (auto [H_kv, Nq, Nk, runs10, blocks] :
-       {std::tuple<int64_t, int64_t, int64_t, bool, int64_t>{1, 1, 131072, true, 0}, {1, 1, 32768, true, 0},
-        {1, 1, 8192, false, 0}, {1, 4, 32768, true, 0}, {1, 4, 8192, true, 0}, {1, 4, 4096, false, 0},
-        {2, 1, 131072, true, 0}, {8, 1, 131072, true, 0}, {8, 4, 131072, true, 0}, {8, 1, 32768, false, 72},
-        {8, 4, 32768, false, 72}, {4, 1, 131072, true, 0}, {4, 1, 32768, false, 64}, {32, 1, 32768, true, 0},
-        {32, 4, 8192, false, 96}}) {
+  for (auto [H_kv, Nq, Nk, runs10, blocks, eight] :
+       {std::tuple<int64_t, int64_t, int64_t, bool, int64_t, bool>{1, 1, 131072, true, 0, false},
+        {1, 1, 32768, true, 0, false}, {1, 1, 8192, false, 0, false}, {1, 4, 32768, true, 0, false},
+        {1, 4, 8192, true, 0, false}, {1, 4, 4096, false, 0, false}, {2, 1, 131072, true, 0, false},
+        {8, 1, 131072, true, 0, true}, {8, 4, 131072, true, 0, true}, {8, 1, 32768, false, 72, true},
+        {8, 4, 32768, false, 72, true}, {4, 1, 131072, true, 0, false}, {4, 1, 32768, false, 64, false},
+        {32, 1, 32768, true, 0, false}, {32, 4, 8192, false, 96, false}}) {
     const Problem p = decode_problem(1, H_kv, Nq, Nk);
     if (most != 16) {  // the S above are those of a GPU that schedules clusters of 16 (H100, H200)
       std::cout << "  " << p.describe() << ": which kernels run not checked (largest cluster " << most << ", not 16)\n";
       continue;
     }
-    const bool expected = blocks > 0 ? needed > blocks : runs10;
+    const bool eight_here = fl::s10b::eight_warps(p, fl::s10b::splits(p));
+    if (needed == 89) EXPECT_EQ(eight_here, eight) << p.describe() << ": blocks of 8 warps on an H200";
+    if (needed == 62) EXPECT_FALSE(eight_here) << p.describe() << ": blocks of 8 warps on an H100";
+    const bool expected = (blocks > 0 ? needed > blocks : runs10) && !eight_here;
     EXPECT_EQ(fl::s10b::uses_step10(p), expected) << p.describe() << " (memory needs " << needed << " blocks)";
     if (expected) {
       EXPECT_EQ(s10b->impl->workspace_bytes(p), s10->impl->workspace_bytes(p)) << p.describe();

@@ -74,14 +74,15 @@ constexpr int kMaxSplits = 16;  // S: at most one cluster of blocks (Hopper's no
 // R: the row tile's m-tiles of B_r rows, 1 or 2. With R = 2 a tile of 32 rows has each warp multiply
 // both halves by the K and V fragments it loaded once: the keys are read by half as many blocks
 // (m_tiles() says where that pays). Extra: stages more still, for a split launch's clusters on a fast
-// memory (deep_clusters()).
-template <int d, int R = 1, bool Late = (R == 2), int Extra = 0>
+// memory (deep_clusters()). W: warps per block, kWarps, or 8 for the split clusters too few to keep up
+// with the memory in 4 (eight_warps()).
+template <int d, int R = 1, bool Late = (R == 2), int Extra = 0, int W = kWarps>
 struct Tiles {
   static constexpr bool kLate = Late;  // the copies after the wait, with one stage more
   static constexpr int kStages = (d <= 64 ? 5 : 2) + (kLate ? 1 : 0) + Extra;
   static constexpr int kRows = R * B_r;                                    // rows of a tile
   static constexpr int kTileElems = B_w * d;                               // one K or V warp tile
-  static constexpr int kRingElems = kWarps * kStages * 2 * kTileElems;     // every warp's K and V slots
+  static constexpr int kRingElems = W * kStages * 2 * kTileElems;          // every warp's K and V slots
   static constexpr size_t kSmem = size_t(kRows * d + kRingElems) * 2;      // Q tile + rings (16-bit T)
   // What a launch asks for to run one block per SM: more than half of an SM's 228 KiB (the extra
   // 16 KiB are not used). Every split launch (S > 1) asks for it, so that the blocks of a cluster run
@@ -95,10 +96,10 @@ struct Tiles {
   //    2.45 TB/s here against 2.53 with these rings (run 81, another H100), and at B 1, H_kv 32 (S = 3)
   //    2.33–2.64 TB/s against step 10's 2.61–3.10 in the same run (README.md, "What did not work").
   static constexpr size_t kSmemAlone = 116 * 1024;
-  static_assert(Extra > 0 || kSmemAlone >= kSmem, "the one-per-SM request holds the tiles");
+  static_assert(Extra > 0 || W > kWarps || kSmemAlone >= kSmem, "the one-per-SM request holds the tiles");
   static_assert(kSmem <= 227 * 1024, "a block's shared memory: at most Hopper's 227 KiB");
   // After the loop the rings hold the warps' partial O (fp32, rows padded by 4 floats) and m, ℓ.
-  static constexpr size_t kMergeBytes = size_t(kWarps * kRows * (d + 4) + 2 * kWarps * kRows) * 4;
+  static constexpr size_t kMergeBytes = size_t(W * kRows * (d + 4) + 2 * W * kRows) * 4;
   // Then, behind them, the block's partial for the cluster: O_s [kRows][d] and L_s [kRows], fp32.
   static constexpr size_t kPartialBytes = size_t(kRows * d + kRows) * 4;
   static_assert(kMergeBytes + kPartialBytes <= size_t(kRingElems) * 2, "the merge buffers and the partial fit in the rings");
@@ -133,18 +134,19 @@ __device__ __forceinline__ void load_rows(T* tile, const T* block, int64_t rows_
 // (limits() keeps Nq, Nk below 2^30); packed rows and tensor offsets are 64-bit.
 // S == 1: O and L are written directly (storage type, fp32). S > 1: the normalised partial O_s and L_s
 // (fp32) stay in this block's shared memory, and the cluster of the tile's S blocks merges them.
-template <class T, int d, int R, bool Late, int Extra = 0>
-__global__ void __launch_bounds__(kThreads)
+template <class T, int d, int R, bool Late, int Extra = 0, int W = kWarps>
+__global__ void __launch_bounds__(32 * W)
 attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                  T* __restrict__ O, float* __restrict__ L, int64_t M, int Nq, int Nk, int64_t H_kv, int64_t T_r,
                  int S, float scale, bool causal, const int32_t* __restrict__ seqused_k,
                  VariantArgs var) {
-  using Tl = Tiles<d, R, Late, Extra>;
+  using Tl = Tiles<d, R, Late, Extra, W>;
   constexpr int kStages = Tl::kStages, kTileElems = Tl::kTileElems, kRows = Tl::kRows;
+  constexpr int kBlock = 32 * W;  // threads
   const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
   extern __shared__ __align__(128) unsigned char smem[];
   T* Q_s = reinterpret_cast<T*>(smem);  // Q tile: [kRows][d] in shared memory
-  T* ring = Q_s + kRows * d;            // [kWarps][kStages][K, V][B_w][d]: each warp's own slots
+  T* ring = Q_s + kRows * d;            // [W][kStages][K, V][B_w][d]: each warp's own slots
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -189,16 +191,16 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   // This warp's tiles of B_w keys, of the T_c tiles the row tile visits from tile j_first on (a
   // window's first key, rounded down to a tile). Any partition of the keys merges to the same answer;
   // step 10 gives each split a contiguous chunk. Here the cluster's merge waits for its slowest block,
-  // so the blocks should finish together: the cluster's S·4 warps deal the tiles out in turn, warp
-  // gw = 4s + w taking tiles gw, gw + 4S, … (n_mine of them; with S = 1 this is step 10's t_begin + w
-  // + 4k). At each step a block's 4 warps read 4 neighbouring tiles, and the cluster sweeps the keys
+  // so the blocks should finish together: the cluster's S·W warps deal the tiles out in turn, warp
+  // gw = Ws + w taking tiles gw, gw + WS, … (n_mine of them; with S = 1 and W = 4 this is step 10's
+  // t_begin + w + 4k). At each step a block's W warps read W neighbouring tiles, and the cluster sweeps the keys
   // front to back together. Per-block timestamps (run 88, H100, B 1, H_kv 8, Nk 32768, S = 9): with
   // contiguous chunks the blocks' loops ended a median 3.6 µs apart within a call; dealt in turn, 2.6.
   // Calls at H_kv 8, Nk >= 32768 were 1.5-4.0% faster (runs 88, 90), at Nk <= 8192 up to 0.5 µs
   // slower (README.md, "Where the time goes").
   const int j_first = n_begin / B_w;
   const int T_c = n_end > n_begin ? (n_end + B_w - 1) / B_w - j_first : 0;
-  const int gw = s * kWarps + warp, stride = S * kWarps;  // this warp among the cluster's, and their count
+  const int gw = s * W + warp, stride = S * W;  // this warp among the cluster's, and their count
   const int n_mine = T_c > gw ? (T_c - gw + stride - 1) / stride : 0;
   T* my_ring = ring + warp * kStages * 2 * kTileElems;
   auto load_kv = [&](int k) {  // this warp's k-th tile → slot k % kStages (copies not waited for)
@@ -210,7 +212,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
 
   // ---- Prologue: Q (the whole block), then each warp's first kStages − 1 tiles, one group each
   // (committed even when empty, so that group k + 1 is always tile k: the waits below count on it).
-  load_rows<T, d, kRows, kThreads>(Q_s, Q_g, rows_here, threadIdx.x);
+  load_rows<T, d, kRows, kBlock>(Q_s, Q_g, rows_here, threadIdx.x);
   mma::cp_async_commit();
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) {
@@ -251,10 +253,12 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   // drifting apart. Run 124 (H100, 10b's kernel with and without it, beside cuDNN, three interleaved
   // rounds): at the unsplit B ≥ 16 decode points 0.984–0.998× cuDNN without, 0.990–0.999× with (B 16,
   // H_kv 8, Nq 1, Nk 131072: 2771.8 → 2744.5 µs), none more than 0.3 µs slower. Not with 32-row tiles,
-  // whose warps have twice the math per tile and then wait on each other: 0.94–0.95× (run 125).
+  // whose warps have twice the math per tile and then wait on each other: 0.94–0.95× (run 125). Nor
+  // in eight_warps()' blocks of 8 warps: with the barrier 38.4 µs, without 36.8–36.9 (runs 187–188, H200,
+  // B 1, H_kv 8, Nq 1, Nk 32768, 9 splits; Nq 4: 39.2 against 37.6).
   const int n_step = T_c / stride;
   for (int k = 0; k < n_mine; ++k) {
-    if constexpr (R == 1) {
+    if constexpr (R == 1 && W == kWarps) {
       if (k < n_step) __syncthreads();
     }
     if constexpr (!Late) {  // the next copies first (Tiles: the same tiles in flight at the wait)
@@ -368,15 +372,15 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   }
   mma::cp_async_wait<0>();  // no copy outlives the loop (the trailing groups are empty)
 
-  // ---- The merge inside the block: the 4 warps' (m_w, ℓ_w, O_w) over disjoint keys, through shared
+  // ---- The merge inside the block: the W warps' (m_w, ℓ_w, O_w) over disjoint keys, through shared
   // memory (the rings, no longer read), by the rule of the online softmax in base 2:
   //   m = max_w m_w,  f_w = 2^(m_w·τlog2e − m·τlog2e),  ℓ = Σ_w f_w ℓ_w,  O = Σ_w f_w O_w / ℓ.
   // A warp that saw no key for a row has m_w = −∞, ℓ_w = 0, O_w = 0, so f_w = 0; if no warp saw one,
   // m_sub is 0 instead of −∞ (no −∞ − −∞) and ℓ = 0: O = 0, and L = +∞ (S = 1) or −∞ (a partial:
   // weight e^{−∞} = 0 in the merge kernel).
-  float* O_w = reinterpret_cast<float*>(ring);  // [kWarps][kRows][d + 4] (4 floats of padding per row)
-  float* m_w = O_w + kWarps * kRows * (d + 4);  // [kWarps][kRows]
-  float* l_w = m_w + kWarps * kRows;            // [kWarps][kRows]
+  float* O_w = reinterpret_cast<float*>(ring);  // [W][kRows][d + 4] (4 floats of padding per row)
+  float* m_w = O_w + W * kRows * (d + 4);       // [W][kRows]
+  float* l_w = m_w + W * kRows;                 // [W][kRows]
   __syncthreads();  // every warp is done with its ring
 #pragma unroll
   for (int rr = 0; rr < 2 * R; ++rr) {
@@ -396,19 +400,19 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   __syncthreads();
   const int64_t row_g = bh * M + r0;  // flat row (b·H + h)·Nq + i of the tile's first row
   constexpr int kC = d / 4;           // 4-column chunks per row
-  float* P_s = l_w + kWarps * kRows;  // S > 1: this split's normalised O_s, [kRows][d] fp32 (Tiles::kPartialBytes)
+  float* P_s = l_w + W * kRows;       // S > 1: this split's normalised O_s, [kRows][d] fp32 (Tiles::kPartialBytes)
   float* Ls_s = P_s + kRows * d;      // S > 1: its L_s, [kRows]
-  for (int c = threadIdx.x; c < kRows * kC; c += kThreads) {
+  for (int c = threadIdx.x; c < kRows * kC; c += kBlock) {
     const int row = c / kC, col = c % kC * 4;
     if (row >= rows_here) break;  // rows grow with c: the rest are padding too
     float m = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, m_w[w * kRows + row]);
+    for (int w = 0; w < W; ++w) m = fmaxf(m, m_w[w * kRows + row]);
     const float m_sub = m == -INFINITY ? 0.f : __fmul_rn(m, scale_log2);
     float l = 0.f;
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
+    for (int w = 0; w < W; ++w) {
       const float f = mma::exp2_approx(__fmul_rn(m_w[w * kRows + row], scale_log2) - m_sub);
       const float4 x = *reinterpret_cast<const float4*>(O_w + (w * kRows + row) * (d + 4) + col);
       l = fmaf(f, l_w[w * kRows + row], l);
@@ -429,13 +433,13 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
 
   // ---- The merge across the cluster (step 10's merge kernel, reading shared memory, not global):
   //   m = max_s L_s,   ℓ = Σ_s e^{L_s − m},   L = m + ln ℓ,   O = Σ_s (e^{L_s − m}/ℓ) O_s.
-  // The tile's rows_here·d/4 pieces (row, 4 columns) are dealt out over the cluster's S·128 threads;
+  // The tile's rows_here·d/4 pieces (row, 4 columns) are dealt out over the cluster's S·32W threads;
   // each reads the piece from every rank r < S (rank r is split r of this tile) through DSMEM. A
   // split that saw no key of the row has L_s = −∞ and weight 0; if all have, O = 0 and L = +∞.
-  // LAB:BEGIN the merge across the cluster: a cluster barrier (every block's partial in P_s, Ls_s written and visible), then each of the tile's rows_here·d/4 pieces (row, 4 columns), dealt out over the cluster's S·128 threads, reads L_r and O_r of that piece from every rank r < S through distributed shared memory (cooperative_groups: this_cluster(), map_shared_rank) and writes O = Σ_r e^{L_r − m}/ℓ · O_r (as T) and L = m + ln ℓ (m = max_r L_r, ℓ = Σ_r e^{L_r − m}; a row no split saw: O = 0, L = +∞); then a second barrier so that no block leaves while another reads its shared memory
+  // LAB:BEGIN the merge across the cluster: a cluster barrier (every block's partial in P_s, Ls_s written and visible), then each of the tile's rows_here·d/4 pieces (row, 4 columns), dealt out over the cluster's S·kBlock threads (kBlock = 32W: 128, or 256 with eight_warps()), reads L_r and O_r of that piece from every rank r < S through distributed shared memory (cooperative_groups: this_cluster(), map_shared_rank) and writes O = Σ_r e^{L_r − m}/ℓ · O_r (as T) and L = m + ln ℓ (m = max_r L_r, ℓ = Σ_r e^{L_r − m}; a row no split saw: O = 0, L = +∞); then a second barrier so that no block leaves while another reads its shared memory
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every block's partial is written, and visible to the others (release / acquire)
-  for (int c = s * kThreads + threadIdx.x; c < rows_here * kC; c += S * kThreads) {
+  for (int c = s * kBlock + threadIdx.x; c < rows_here * kC; c += S * kBlock) {
     const int row = c / kC, col = c % kC * 4;
     float e[kMaxSplits];  // L_r, then e^{L_r − m}
     float4 x[kMaxSplits];
@@ -537,6 +541,18 @@ bool allow_deep_clusters() {
   return true;
 }
 
+// eight_warps()' kernels (d = 128 only): 8 warps, 3 stages each, 196 KiB, one block per SM (so the
+// clusters resident at once are those of the 4-warp kernel, counted below).
+template <int d>
+bool allow_eight_warps() {
+  if constexpr (d == 128) {
+    constexpr int smem = int(Tiles<d, 1, true, 0, 8>::kSmem);
+    return allow_clusters(attention_kernel<__half, d, 1, true, 0, 8>, smem) &&
+           allow_clusters(attention_kernel<__nv_bfloat16, d, 1, true, 0, 8>, smem);
+  }
+  return true;
+}
+
 template <int d>
 DeviceFacts device_facts() {
   static std::mutex mu;
@@ -561,6 +577,7 @@ DeviceFacts device_facts() {
       allow_clusters(attention_kernel<__nv_bfloat16, d, 2, true>, smem_alone) &&
       allow_clusters(attention_kernel<__half, d, 1, false>, smem_alone) &&  // unsplit: one_per_sm's request
       allow_clusters(attention_kernel<__nv_bfloat16, d, 1, false>, smem_alone) && allow_deep_clusters<d>() &&
+      allow_eight_warps<d>() &&
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, attention_kernel<__half, d, 1, false>, kThreads, smem) ==
           cudaSuccess;
   if (!ok) {
@@ -746,9 +763,34 @@ int64_t blocks_for_memory(int64_t d) {
   return peak > 0 ? int64_t(std::ceil(0.9 * peak / kBlockBytesPerS)) : 0;
 }
 
+// Where 10b's clusters are fewer than blocks_for_memory() asks, but not by much (at least 0.8 of it),
+// on a memory of 4 TB/s or more (step 10's deep_memory), at d = 128 in 16-row tiles with over 512 keys
+// per split: blocks of 8 warps instead of 4 (3 stages each, copies after the wait, 196 KiB, one per
+// SM), running free of the per-round barrier (the kernel's main loop), instead of step 10's kernels.
+// A warp waits on its own math between its loads (the rings are per warp); with one warp per scheduler
+// nothing hides that, and a block streams no faster than its math allows: run 184 (H200, B 1, H_kv 8,
+// Nq 1, Nk 32768, 72 blocks in clusters of 9) timed 10b's 4-warp clusters at 45.2–45.7 µs with 3, 4
+// or 5 stages alike, while a program that only streams the same ring (run 185, 72 blocks of 4 warps, 4
+// stages) read 4.47 TB/s: 62 GB/s per block against the clusters' ~46. Two warps per scheduler: run 188
+// (H200, 72 blocks, five interleaved rounds, means) 36.9 µs against step 10's 38.8 at Nq 1, Nk 32768
+// (37.6 against 40.2 at Nq 4; Nk 8192: 15.4 against 16.3, 16.3 against 17.3; Nk 131072, 14563 keys per
+// split: 122.8 against 125.6, cuDNN 127.2). At 96 blocks (H_kv 32, clusters of 3, where the 4-warp
+// blocks already keep up) 8 warps were slower, 41.3 against 36.6 µs at Nk 8192 and 558.7 against 469.7 at
+// 131072; so were 6 warps (two schedulers with one warp) and 4 warps without the barrier (run 187–188).
+// The 0.8 is drawn under the one band measured, 72 of the H200's 89 blocks (0.81); B 1, H_kv 4 (64
+// blocks, 0.72) keeps step 10, and the H100's launches do not change (its 72 blocks already keep up).
+bool eight_warps(const Problem& p, int64_t S) {
+  if (p.d != 128 || S <= 1 || m_tiles(p) != 1 || !fl::s10::deep_memory(p.d) || keys_visited(p) / S <= 512)
+    return false;
+  const int64_t T_r = row_tiles(p), blocks = p.B * p.H_kv * T_r * S;
+  const int64_t needed = std::min<int64_t>(facts_for(p.d).sms, blocks_for_memory(p.d) * T_r);
+  return blocks < needed && 10 * blocks >= 8 * needed;
+}
+
 bool uses_step10(const Problem& p) {
   if (requested_splits() > 0) return false;
   const int64_t S = splits(p), S10 = fl::s10::splits(p);
+  if (eight_warps(p, S)) return false;
   const int64_t T_r = row_tiles(p), tiles = p.B * p.H_kv * T_r;
   const int64_t needed = std::min<int64_t>(facts_for(p.d).sms, blocks_for_memory(p.d) * T_r);
   const int64_t per_split = keys_visited(p) / S;
@@ -790,19 +832,25 @@ void launch(const Problem& p, const ForwardArgs& a) {
   // copies first, with a stage fewer.
   const bool late = R == 2 || S > 1 || (d == 128 && fl::s10::deep_memory(d));
   const bool deeper = deep_clusters(p, S);  // the clusters' ring a stage deeper (R = 1, d = 128 only)
+  const bool eight = eight_warps(p, S);     // blocks of 8 warps (R = 1, d = 128 only)
   auto kernel = attention_kernel<T, d, R, true>;
   if constexpr (R == 1) {
     if (!late) kernel = attention_kernel<T, d, 1, false>;
-    if constexpr (d == 128)
+    if constexpr (d == 128) {
       if (deeper) kernel = attention_kernel<T, d, 1, true, 1>;
+      if (eight) kernel = attention_kernel<T, d, 1, true, 0, 8>;
+    }
   }
-  const size_t smem_alone = deeper ? Tiles<d, 1, true, 1>::kSmem : Tiles<d>::kSmemAlone;  // one block per SM
+  // One block per SM:
+  const size_t smem_alone = eight    ? Tiles<d, 1, true, 0, 8>::kSmem
+                            : deeper ? Tiles<d, 1, true, 1>::kSmem
+                                     : Tiles<d>::kSmemAlone;
   FL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                int(smem_alone)));  // again, checked: a failed query above is reported here
   const int64_t M = p.group() * p.Nq, T_r = row_tiles(p);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(p.B * p.H_kv * T_r * S));
-  cfg.blockDim = dim3(kThreads);
+  cfg.blockDim = dim3(eight ? 8 * 32 : kThreads);
   size_t smem = Tiles<d, R>::kSmem;  // the ring's own size: two blocks per SM
   if constexpr (R == 1) smem = late ? Tiles<d, 1, true>::kSmem : Tiles<d, 1, false>::kSmem;
   cfg.dynamicSmemBytes = S > 1 || one_per_sm(p) ? smem_alone : smem;
