@@ -32,7 +32,9 @@
 // H_kv 8 (72 SMs stream, against step 10's 120 blocks). Fewer SMs stream, nothing waits for a grid:
 // 10b is faster where the read is short and ties where it is long (README.md, "Measured"). Where so
 // few blocks cannot read as fast as the memory (one or two K/V heads at B 1), or where each split
-// would read 8192 keys or more, 10b calls step 10's kernels instead (uses_step10, below).
+// would read 8192 keys or more, 10b calls step 10's kernels instead (uses_step10, below); on an H200,
+// where the clusters are 0.8 of the blocks its memory needs or more, blocks of 8 warps instead of 4
+// keep up (eight_warps, below).
 
 #include <algorithm>
 #include <climits>
