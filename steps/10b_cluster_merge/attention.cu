@@ -778,7 +778,7 @@ int64_t blocks_for_memory(int64_t d) {
 // (37.6 against 40.2 at Nq 4; Nk 8192: 15.4 against 16.3, 16.3 against 17.3; Nk 131072, 14563 keys per
 // split: 122.8 against 125.6, cuDNN 127.2). At 96 blocks (H_kv 32, clusters of 3, where the 4-warp
 // blocks already keep up) 8 warps were slower, 41.3 against 36.6 µs at Nk 8192 and 558.7 against 469.7 at
-// 131072; so were 6 warps (two schedulers with one warp) and 4 warps without the barrier (run 187–188).
+// 131072; so were 6 warps (two schedulers with one warp) and 4 warps without the barrier (runs 187–188).
 // The 0.8 is drawn under the one band measured, 72 of the H200's 89 blocks (0.81); B 1, H_kv 4 (64
 // blocks, 0.72) keeps step 10, and the H100's launches do not change (its 72 blocks already keep up).
 bool eight_warps(const Problem& p, int64_t S) {
