@@ -604,8 +604,9 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
   // (64 blocks, 2048 keys per split) and H_kv 8, Nq 1 and 4 at 32768 (72 blocks, 3641 keys): 10b's own
   // clusters on an H100, step 10's on an H200; H_kv 32, Nq 4 at 8192 (96 blocks): 10b's on both. Never
   // when FLASHLADDER_SPLITS asks for a number. Except (`eight`) where the clusters are at least 0.8 of
-  // the blocks an H200 needs (89): H_kv 8 at Nq 1 and 4, Nk 32768 and 131072 (72 blocks) run 10b's own
-  // clusters in blocks of 8 warps there (eight_warps), not H_kv 4 (64 blocks); never on an H100.
+  // the blocks an H200 needs (89): H_kv 8 at Nq 1 and 4, Nk 32768 and 131072, and Nq 4, Nk 8192 (72
+  // blocks) run 10b's own clusters in blocks of 8 warps there (eight_warps), not H_kv 4 (64 blocks);
+  // never on an H100.
   const Step* s10b = step10b();
   const int64_t needed = fl::s10b::blocks_for_memory(128);
   std::cout << "  blocks that keep up with this GPU's memory (10b's line for its own clusters): " << needed << "\n";
@@ -615,8 +616,8 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
         {1, 1, 32768, true, 0, false}, {1, 1, 8192, false, 0, false}, {1, 4, 32768, true, 0, false},
         {1, 4, 8192, true, 0, false}, {1, 4, 4096, false, 0, false}, {2, 1, 131072, true, 0, false},
         {8, 1, 131072, true, 0, true}, {8, 4, 131072, true, 0, true}, {8, 1, 32768, false, 72, true},
-        {8, 4, 32768, false, 72, true}, {4, 1, 131072, true, 0, false}, {4, 1, 32768, false, 64, false},
-        {32, 1, 32768, true, 0, false}, {32, 4, 8192, false, 96, false}}) {
+        {8, 4, 32768, false, 72, true}, {8, 4, 8192, false, 72, true}, {4, 1, 131072, true, 0, false},
+        {4, 1, 32768, false, 64, false}, {32, 1, 32768, true, 0, false}, {32, 4, 8192, false, 96, false}}) {
     const Problem p = decode_problem(1, H_kv, Nq, Nk);
     if (most != 16) {  // the S above are those of a GPU that schedules clusters of 16 (H100, H200)
       std::cout << "  " << p.describe() << ": which kernels run not checked (largest cluster " << most << ", not 16)\n";
@@ -625,6 +626,9 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
     const bool eight_here = fl::s10b::eight_warps(p, fl::s10b::splits(p));
     if (needed == 89) EXPECT_EQ(eight_here, eight) << p.describe() << ": blocks of 8 warps on an H200";
     if (needed == 62) EXPECT_FALSE(eight_here) << p.describe() << ": blocks of 8 warps on an H100";
+    if (needed != 89 && needed != 62)
+      std::cout << "  " << p.describe() << ": where blocks of 8 warps run not checked (memory needs " << needed
+                << " blocks: neither an H100's 62 nor an H200's 89); here " << (eight_here ? "8" : "4") << " warps\n";
     const bool expected = (blocks > 0 ? needed > blocks : runs10) && !eight_here;
     EXPECT_EQ(fl::s10b::uses_step10(p), expected) << p.describe() << " (memory needs " << needed << " blocks)";
     if (expected) {

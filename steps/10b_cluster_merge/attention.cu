@@ -532,25 +532,17 @@ bool allow_clusters(Kernel kernel, int smem_alone) {
          cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
 }
 
-// deep_clusters()' kernels (d = 128 only): a ring a stage deeper, 132 KiB, still one block per SM.
+// The split clusters' kernels of d = 128 only, each still one block per SM (so the clusters resident
+// at once are those of the 4-warp kernel, counted below): deep_clusters()' (a ring a stage deeper,
+// 132 KiB) and eight_warps()' (8 warps, 3 stages each, 196 KiB).
 template <int d>
-bool allow_deep_clusters() {
+bool allow_d128_clusters() {
   if constexpr (d == 128) {
-    constexpr int smem = int(Tiles<d, 1, true, 1>::kSmem);
-    return allow_clusters(attention_kernel<__half, d, 1, true, 1>, smem) &&
-           allow_clusters(attention_kernel<__nv_bfloat16, d, 1, true, 1>, smem);
-  }
-  return true;
-}
-
-// eight_warps()' kernels (d = 128 only): 8 warps, 3 stages each, 196 KiB, one block per SM (so the
-// clusters resident at once are those of the 4-warp kernel, counted below).
-template <int d>
-bool allow_eight_warps() {
-  if constexpr (d == 128) {
-    constexpr int smem = int(Tiles<d, 1, true, 0, 8>::kSmem);
-    return allow_clusters(attention_kernel<__half, d, 1, true, 0, 8>, smem) &&
-           allow_clusters(attention_kernel<__nv_bfloat16, d, 1, true, 0, 8>, smem);
+    constexpr int deep = int(Tiles<d, 1, true, 1>::kSmem), eight = int(Tiles<d, 1, true, 0, 8>::kSmem);
+    return allow_clusters(attention_kernel<__half, d, 1, true, 1>, deep) &&
+           allow_clusters(attention_kernel<__nv_bfloat16, d, 1, true, 1>, deep) &&
+           allow_clusters(attention_kernel<__half, d, 1, true, 0, 8>, eight) &&
+           allow_clusters(attention_kernel<__nv_bfloat16, d, 1, true, 0, 8>, eight);
   }
   return true;
 }
@@ -578,8 +570,7 @@ DeviceFacts device_facts() {
       allow_clusters(attention_kernel<__half, d, 2, true>, smem_alone) &&
       allow_clusters(attention_kernel<__nv_bfloat16, d, 2, true>, smem_alone) &&
       allow_clusters(attention_kernel<__half, d, 1, false>, smem_alone) &&  // unsplit: one_per_sm's request
-      allow_clusters(attention_kernel<__nv_bfloat16, d, 1, false>, smem_alone) && allow_deep_clusters<d>() &&
-      allow_eight_warps<d>() &&
+      allow_clusters(attention_kernel<__nv_bfloat16, d, 1, false>, smem_alone) && allow_d128_clusters<d>() &&
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, attention_kernel<__half, d, 1, false>, kThreads, smem) ==
           cudaSuccess;
   if (!ok) {
@@ -771,9 +762,10 @@ int64_t blocks_for_memory(int64_t d) {
 // SM), running free of the per-round barrier (the kernel's main loop), instead of step 10's kernels.
 // A warp waits on its own math between its loads (the rings are per warp); with one warp per scheduler
 // nothing hides that, and a block streams no faster than its math allows: run 184 (H200, B 1, H_kv 8,
-// Nq 1, Nk 32768, 72 blocks in clusters of 9) timed 10b's 4-warp clusters at 45.2–45.7 µs with 3, 4
+// Nq 1, Nk 32768, 72 blocks in clusters of 9) timed 10b's 4-warp clusters at 45.1–45.7 µs with 3, 4
 // or 5 stages alike, while a program that only streams the same ring (run 185, 72 blocks of 4 warps, 4
-// stages) read 4.47 TB/s: 62 GB/s per block against the clusters' ~46. Two warps per scheduler: run 188
+// stages) read 4.47 TB/s: 62 GB/s per block against the clusters' 46 (run 184 at Nk 131072: 537 MB in
+// 163.3 µs). Two warps per scheduler: run 188
 // (H200, 72 blocks, five interleaved rounds, means) 36.9 µs against step 10's 38.8 at Nq 1, Nk 32768
 // (37.6 against 40.2 at Nq 4; Nk 8192: 15.4 against 16.3, 16.3 against 17.3; Nk 131072, 14563 keys per
 // split: 122.8 against 125.6, cuDNN 127.2). At 96 blocks (H_kv 32, clusters of 3, where the 4-warp
