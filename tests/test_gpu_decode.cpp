@@ -84,6 +84,9 @@ const std::vector<DecodeCase>& decode_cases() {
       // 8 tiles of 16 rows (4 query heads × Nq 4) at B 1 in clusters of 9, 910 keys per split: 72 blocks,
       // under the 89 an H200's memory needs from blocks of 4 warps, so there 10b's blocks of 8 (eight_warps).
       {"gqa4_nq4_nk8195_causal_eight_warp_clusters", 1, 32, 8, 4, 8195, 128, true, DType::f16, 1.0},
+      // 400 unsplit tiles of 16 rows at d 128 (one block per SM), the last wave 4 blocks of 132: on a
+      // memory of 4 TB/s or more (an H200) 10b's blocks of 8 warps (eight_warps with S = 1).
+      {"mha_nq1_b25_nk8195_causal_eight_warp_last_wave", 25, 16, 16, 1, 8195, 128, true, DType::bf16, 1.0},
   };
   return c;
 }
@@ -675,6 +678,47 @@ TEST(SplitKv, ManyUnsplitTilesOf16RowsRunOneBlockPerSm) {
   const SplitsEnv forced("2");
   EXPECT_FALSE(fl::s10::one_per_sm(decode_problem(16, 32, 1, 8192))) << "with FLASHLADDER_SPLITS=2";
   EXPECT_FALSE(fl::s10b::one_per_sm(decode_problem(16, 32, 1, 8192))) << "with FLASHLADDER_SPLITS=2";
+}
+
+// On the GPU: 10b runs an unsplit grid in blocks of 8 warps where it is one block per SM (three waves or
+// more) and its last wave is at most 0.6 full, on a memory of 4 TB/s or more, with 8192 keys or more:
+// on an H200 (132 SMs; its memory needs 89 blocks of 4 warps) at H_kv 32, Nq 1, Nk 8192 B 34 (1088
+// tiles, the last wave 0.24 full), B 35 (0.48) and B 64 (2048 tiles, 0.52), and Nq 4 at B 64, Nk 32768;
+// not B 33 (full), B 36 (0.73), B 37 (0.97), B 16 (512 tiles, 0.88), nor B 64 at Nk 4096 (fewer keys
+// than measured) or at d 64, nor with FLASHLADDER_SPLITS asking for splits. Never on an H100.
+TEST(ClusterMerge, UnsplitGridsWithAMostlyEmptyLastWaveRunEightWarps) {
+  FL_NEED_GPU();
+  ASSERT_TRUE(step10b() && fl::s10b::one_per_sm) << "step 10b is not in this CUDA build";
+  int sms = 0;
+  std::string skip;
+  ASSERT_NO_FATAL_FAILURE(heuristic_gpu(&sms, &skip));
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  const SplitsEnv env("");
+  const int64_t needed = fl::s10b::blocks_for_memory(128);
+  auto with_d = [](Problem p, int64_t d) { p.d = d; return p; };
+  for (auto [p, eight] : {std::pair<Problem, bool>{decode_problem(34, 32, 1, 8192), true},
+                          {decode_problem(35, 32, 1, 8192), true}, {decode_problem(64, 32, 1, 8192), true},
+                          {decode_problem(64, 32, 4, 32768), true}, {decode_problem(33, 32, 1, 8192), false},
+                          {decode_problem(36, 32, 1, 8192), false}, {decode_problem(37, 32, 1, 8192), false},
+                          {decode_problem(16, 32, 1, 8192), false}, {decode_problem(64, 32, 1, 4096), false},
+                          {with_d(decode_problem(64, 32, 1, 8192), 64), false}}) {
+    ASSERT_EQ(fl::s10b::splits(p), 1) << p.describe();
+    const bool here = fl::s10b::eight_warps(p, 1);
+    const int64_t tiles = p.B * p.H_kv * fl::s10b::row_tiles(p);
+    if (sms == 132 && needed == 89) {
+      EXPECT_EQ(here, eight) << p.describe() << ": " << tiles << " tiles on an H200's 132 SMs";
+    } else if (needed == 62) {
+      EXPECT_FALSE(here) << p.describe() << ": blocks of 8 warps on an H100";
+    } else {
+      std::cout << "  " << p.describe() << ": not checked (" << sms << " SMs, memory needs " << needed
+                << " blocks: neither an H200 nor an H100); here " << (here ? "8" : "4") << " warps\n";
+    }
+    if (here) EXPECT_TRUE(fl::s10b::one_per_sm(p)) << p.describe();
+    EXPECT_FALSE(fl::s10b::uses_step10(p)) << p.describe();
+  }
+  const SplitsEnv forced("2");
+  const Problem p = decode_problem(64, 32, 1, 8192);
+  EXPECT_FALSE(fl::s10b::eight_warps(p, fl::s10b::splits(p))) << p.describe() << " with FLASHLADDER_SPLITS=2";
 }
 
 }  // namespace

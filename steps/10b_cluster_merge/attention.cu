@@ -34,7 +34,8 @@
 // few blocks cannot read as fast as the memory (one or two K/V heads at B 1), or where each split
 // would read 8192 keys or more, 10b calls step 10's kernels instead (uses_step10, below); on an H200,
 // where the clusters are 0.8 of the blocks its memory needs or more, blocks of 8 warps instead of 4
-// keep up (eight_warps, below).
+// keep up, and so do they in the last wave of an unsplit grid that leaves it mostly empty (eight_warps,
+// below).
 
 #include <algorithm>
 #include <climits>
@@ -773,11 +774,28 @@ int64_t blocks_for_memory(int64_t d) {
 // 131072; so were 6 warps (two schedulers with one warp) and 4 warps without the barrier (runs 187–188).
 // The 0.8 is drawn under the one band measured, 72 of the H200's 89 blocks (0.81); B 1, H_kv 4 (64
 // blocks, 0.72) keeps step 10, and the H100's launches do not change (its 72 blocks already keep up).
+// And an unsplit grid of three waves or more (one_per_sm) whose last wave is at most 0.6 full, on such a
+// memory, at d = 128 in 16-row tiles, 8192 keys or more per tile: blocks of 8 warps there too. While the
+// SMs are full each block needs only its share of the memory (35 GB/s, 4.6 TB/s over 132), and there 8
+// warps are the slower (2.1–3.4% at 512 tiles; why, not measured); but the last wave's few blocks could
+// each read faster than that, and 4 warps cannot (46 GB/s, above). Run 196 (H200, H_kv 32,
+// Nq 1, Nk 8192, five interleaved rounds, 8 warps forced against 4): a last wave 0.24 full (B 34,
+// 1088 tiles) 983.5 µs against 1028.3 (cuDNN 977.1), 0.48 (B 35) 1007.7 against 1031.5, 0.52 (B 64,
+// 2048 tiles) 1838.8 against 1852.2 (run 195: 1880.1 against 1892.8, and 7505.6 against 7528.9 at Nk
+// 32768); 0.73 (B 36) 1063.0 against 1036.5, 0.97 (B 37) 1071.9 against 1064.9, 1.00 (B 33) 957.6
+// against 951.7; 512 tiles (0.88, B 16 H_kv 32 and B 64 H_kv 8) 2.1–3.4% slower (runs 195–196). The line at 0.6 lies between the 0.52
+// measured and the 0.73; 8192 keys is the shortest read measured; an H100's launches do not change.
 bool eight_warps(const Problem& p, int64_t S) {
-  if (p.d != 128 || S <= 1 || m_tiles(p) != 1 || !fl::s10::deep_memory(p.d) || keys_visited(p) / S <= 512)
-    return false;
-  const int64_t T_r = row_tiles(p), blocks = p.B * p.H_kv * T_r * S;
-  const int64_t needed = std::min<int64_t>(facts_for(p.d).sms, blocks_for_memory(p.d) * T_r);
+  if (p.d != 128 || m_tiles(p) != 1 || !fl::s10::deep_memory(p.d)) return false;
+  const int64_t T_r = row_tiles(p), sms = facts_for(p.d).sms;
+  if (S == 1) {
+    if (!one_per_sm(p) || keys_visited(p) < 8192) return false;
+    const int64_t last = p.B * p.H_kv * T_r % sms;  // blocks of the last wave (0: it is full)
+    return last > 0 && 10 * last <= 6 * sms;
+  }
+  if (keys_visited(p) / S <= 512) return false;
+  const int64_t blocks = p.B * p.H_kv * T_r * S;
+  const int64_t needed = std::min<int64_t>(sms, blocks_for_memory(p.d) * T_r);
   return blocks < needed && 10 * blocks >= 8 * needed;
 }
 
