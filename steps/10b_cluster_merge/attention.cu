@@ -778,13 +778,15 @@ int64_t blocks_for_memory(int64_t d) {
 // memory, at d = 128 in 16-row tiles, 8192 keys or more per tile: blocks of 8 warps there too. While the
 // SMs are full each block needs only its share of the memory (35 GB/s, 4.6 TB/s over 132), and there 8
 // warps are the slower (2.1–3.4% at 512 tiles; why, not measured); but the last wave's few blocks could
-// each read faster than that, and 4 warps cannot (46 GB/s, above). Run 196 (H200, H_kv 32,
+// each read faster than that, and 4 warps cannot (46 GB/s, above: our reading of the gain, not observed
+// block by block). Run 196 (H200, H_kv 32,
 // Nq 1, Nk 8192, five interleaved rounds, 8 warps forced against 4): a last wave 0.24 full (B 34,
 // 1088 tiles) 983.5 µs against 1028.3 (cuDNN 977.1), 0.48 (B 35) 1007.7 against 1031.5, 0.52 (B 64,
 // 2048 tiles) 1838.8 against 1852.2 (run 195: 1880.1 against 1892.8, and 7505.6 against 7528.9 at Nk
 // 32768); 0.73 (B 36) 1063.0 against 1036.5, 0.97 (B 37) 1071.9 against 1064.9, 1.00 (B 33) 957.6
-// against 951.7; 512 tiles (0.88, B 16 H_kv 32 and B 64 H_kv 8) 2.1–3.4% slower (runs 195–196). The line at 0.6 lies between the 0.52
-// measured and the 0.73; 8192 keys is the shortest read measured; an H100's launches do not change.
+// against 951.7; 512 tiles (0.88, B 16 H_kv 32 and B 64 H_kv 8) 2.1–3.4% slower (runs 195–196). The
+// line at 0.6 lies between the 0.52 measured and the 0.73; 8192 keys is the shortest read measured; an
+// H100's launches do not change.
 bool eight_warps(const Problem& p, int64_t S) {
   if (p.d != 128 || m_tiles(p) != 1 || !fl::s10::deep_memory(p.d)) return false;
   const int64_t T_r = row_tiles(p), sms = facts_for(p.d).sms;
