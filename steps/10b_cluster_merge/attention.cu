@@ -78,7 +78,7 @@ constexpr int kMaxSplits = 16;  // S: at most one cluster of blocks (Hopper's no
 // both halves by the K and V fragments it loaded once: the keys are read by half as many blocks
 // (m_tiles() says where that pays). Extra: stages more still, for a split launch's clusters on a fast
 // memory (deep_clusters()). W: warps per block, kWarps, or 8 for the split clusters too few to keep up
-// with the memory in 4 (eight_warps()).
+// with the memory in 4 and for an unsplit grid's mostly empty last wave (eight_warps()).
 template <int d, int R = 1, bool Late = (R == 2), int Extra = 0, int W = kWarps>
 struct Tiles {
   static constexpr bool kLate = Late;  // the copies after the wait, with one stage more
@@ -535,7 +535,8 @@ bool allow_clusters(Kernel kernel, int smem_alone) {
 
 // The split clusters' kernels of d = 128 only, each still one block per SM (so the clusters resident
 // at once are those of the 4-warp kernel, counted below): deep_clusters()' (a ring a stage deeper,
-// 132 KiB) and eight_warps()' (8 warps, 3 stages each, 196 KiB).
+// 132 KiB) and eight_warps()' (8 warps, 3 stages each, 196 KiB; also launched unsplit, in clusters of
+// one block).
 template <int d>
 bool allow_d128_clusters() {
   if constexpr (d == 128) {
@@ -766,8 +767,8 @@ int64_t blocks_for_memory(int64_t d) {
 // Nq 1, Nk 32768, 72 blocks in clusters of 9) timed 10b's 4-warp clusters at 45.1–45.7 µs with 3, 4
 // or 5 stages alike, while a program that only streams the same ring (run 185, 72 blocks of 4 warps, 4
 // stages) read 4.47 TB/s: 62 GB/s per block against the clusters' 46 (run 184 at Nk 131072: 537 MB in
-// 163.3 µs). Two warps per scheduler: run 188
-// (H200, 72 blocks, five interleaved rounds, means) 36.9 µs against step 10's 38.8 at Nq 1, Nk 32768
+// 163.3 µs). Two warps per scheduler: run 188 (H200, 72 blocks, five interleaved rounds, means)
+// 36.9 µs against step 10's 38.8 at Nq 1, Nk 32768
 // (37.6 against 40.2 at Nq 4; Nk 8192: 15.4 against 16.3, 16.3 against 17.3; Nk 131072, 14563 keys per
 // split: 122.8 against 125.6, cuDNN 127.2). At 96 blocks (H_kv 32, clusters of 3, where the 4-warp
 // blocks already keep up) 8 warps were slower, 41.3 against 36.6 µs at Nk 8192 and 558.7 against 469.7 at
@@ -779,14 +780,13 @@ int64_t blocks_for_memory(int64_t d) {
 // SMs are full each block needs only its share of the memory (35 GB/s, 4.6 TB/s over 132), and there 8
 // warps are the slower (2.1–3.4% at 512 tiles; why, not measured); but the last wave's few blocks could
 // each read faster than that, and 4 warps cannot (46 GB/s, above: our reading of the gain, not observed
-// block by block). Run 196 (H200, H_kv 32,
-// Nq 1, Nk 8192, five interleaved rounds, 8 warps forced against 4): a last wave 0.24 full (B 34,
-// 1088 tiles) 983.5 µs against 1028.3 (cuDNN 977.1), 0.48 (B 35) 1007.7 against 1031.5, 0.52 (B 64,
-// 2048 tiles) 1838.8 against 1852.2 (run 195: 1880.1 against 1892.8, and 7505.6 against 7528.9 at Nk
-// 32768); 0.73 (B 36) 1063.0 against 1036.5, 0.97 (B 37) 1071.9 against 1064.9, 1.00 (B 33) 957.6
-// against 951.7; 512 tiles (0.88, B 16 H_kv 32 and B 64 H_kv 8) 2.1–3.4% slower (runs 195–196). The
-// line at 0.6 lies between the 0.52 measured and the 0.73; 8192 keys is the shortest read measured; an
-// H100's launches do not change.
+// block by block). Run 196 (H200, H_kv 32, Nq 1, Nk 8192, five interleaved rounds, 8 warps forced against
+// 4): a last wave 0.24 full (B 34, 1088 tiles) 983.5 µs against 1028.3 (cuDNN 977.1), 0.48 (B 35) 1007.7
+// against 1031.5, 0.52 (B 64, 2048 tiles) 1838.8 against 1852.2 (run 195: 1880.1 against 1892.8, and
+// 7505.6 against 7528.9 at Nk 32768); 0.73 (B 36) 1063.0 against 1036.5, 0.97 (B 37) 1071.9 against
+// 1064.9, 1.00 (B 33) 957.6 against 951.7; 512 tiles (0.88, B 16 H_kv 32 and B 64 H_kv 8) 2.1–3.4% slower
+// (runs 195–196). The line at 0.6 lies between the 0.52 measured and the 0.73; 8192 keys is the shortest
+// read measured; an H100's launches do not change.
 bool eight_warps(const Problem& p, int64_t S) {
   if (p.d != 128 || m_tiles(p) != 1 || !fl::s10::deep_memory(p.d)) return false;
   const int64_t T_r = row_tiles(p), sms = facts_for(p.d).sms;
