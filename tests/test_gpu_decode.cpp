@@ -82,7 +82,8 @@ const std::vector<DecodeCase>& decode_cases() {
       // keys per split: on a memory of 4 TB/s or more (an H200) 10b's ring a stage deeper (deep_clusters).
       {"mha_nq1_nk8195_causal_deep_cluster_ring", 1, 32, 32, 1, 8195, 128, true, DType::bf16, 1.0},
       // 8 tiles of 16 rows (4 query heads × Nq 4) at B 1 in clusters of 9, 910 keys per split: 72 blocks,
-      // under the 89 an H200's memory needs from blocks of 4 warps, so there 10b's blocks of 8 (eight_warps).
+      // under the 89 an H200's memory needs from blocks of 4 warps, so there 10b's blocks of 8 (eight_warps);
+      // on an H200 in clusters of 8 (1024 keys per split: no GPC holds two clusters of 9, splits_for).
       {"gqa4_nq4_nk8195_causal_eight_warp_clusters", 1, 32, 8, 4, 8195, 128, true, DType::f16, 1.0},
       // 400 unsplit tiles of 16 rows at d 128 (one block per SM), the last wave 4 blocks of 132: on a
       // memory of 4 TB/s or more (an H200) 10b's blocks of 8 warps (eight_warps with S = 1).
@@ -606,10 +607,11 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
   // on the memory (`blocks`: 10b's blocks, step 10's iff the memory needs more): H_kv 4, Nq 1 at 32768
   // (64 blocks, 2048 keys per split) and H_kv 8, Nq 1 and 4 at 32768 (72 blocks, 3641 keys): 10b's own
   // clusters on an H100, step 10's on an H200; H_kv 32, Nq 4 at 8192 (96 blocks): 10b's on both. Never
-  // when FLASHLADDER_SPLITS asks for a number. Except (`eight`) where the clusters are at least 0.8 of
-  // the blocks an H200 needs (89): H_kv 8 at Nq 1 and 4, Nk 32768 and 131072, and Nq 4, Nk 8192 (72
-  // blocks) run 10b's own clusters in blocks of 8 warps there (eight_warps), not H_kv 4 (64 blocks);
-  // never on an H100.
+  // when FLASHLADDER_SPLITS asks for a number. Except (`eight`) where 10b's own clusters run in blocks
+  // of 8 warps on an H200 (eight_warps): H_kv 8 at Nq 1 and 4, Nk 32768, and Nq 4, Nk 8192, whose 8
+  // tiles an H200 splits into clusters of 8 (64 blocks; splits_for keeps two clusters of 9 out of one
+  // GPC), each reading under 8192 keys — at Nk 131072 (16384 keys per split) step 10's kernels there;
+  // not H_kv 4 (64 blocks in clusters of 16); never on an H100 (its clusters of 9: 72 blocks of 4 warps).
   const Step* s10b = step10b();
   const int64_t needed = fl::s10b::blocks_for_memory(128);
   std::cout << "  blocks that keep up with this GPU's memory (10b's line for its own clusters): " << needed << "\n";
@@ -618,7 +620,7 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
        {std::tuple<int64_t, int64_t, int64_t, bool, int64_t, bool>{1, 1, 131072, true, 0, false},
         {1, 1, 32768, true, 0, false}, {1, 1, 8192, false, 0, false}, {1, 4, 32768, true, 0, false},
         {1, 4, 8192, true, 0, false}, {1, 4, 4096, false, 0, false}, {2, 1, 131072, true, 0, false},
-        {8, 1, 131072, true, 0, true}, {8, 4, 131072, true, 0, true}, {8, 1, 32768, false, 72, true},
+        {8, 1, 131072, true, 0, false}, {8, 4, 131072, true, 0, false}, {8, 1, 32768, false, 72, true},
         {8, 4, 32768, false, 72, true}, {8, 4, 8192, false, 72, true}, {4, 1, 131072, true, 0, false},
         {4, 1, 32768, false, 64, false}, {32, 1, 32768, true, 0, false}, {32, 4, 8192, false, 96, false}}) {
     const Problem p = decode_problem(1, H_kv, Nq, Nk);
@@ -645,6 +647,41 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
   const SplitsEnv forced("4");
   EXPECT_FALSE(fl::s10b::uses_step10(mqa)) << mqa.describe() << " with FLASHLADDER_SPLITS=4";
   EXPECT_EQ(s10b->impl->workspace_bytes(mqa), 0u) << mqa.describe() << " with FLASHLADDER_SPLITS=4";
+}
+
+// On the GPU: on an H200 no GPC holds two of 10b's clusters of more than 8 blocks (splits_for): at B 1,
+// H_kv 8 (8 tiles of 16 rows) the residency rule's S = 9 would put two clusters of 9 in one GPC (7 GPCs
+// hold a cluster of 16), which streams 12-18% slower on some H200s (runs 210-226), so S = 8 there, in
+// blocks of 8 warps below 8192 keys per split (Nk 32768: 4096) and step 10's kernels from 8192 on
+// (Nk 131072). A forced S = 9 stays 9 (the benchmark's A/B); an H100 keeps its clusters of 9; H_kv 4 (4
+// clusters of 16, one per GPC) and H_kv 32 (32 clusters of 3) are not held.
+TEST(ClusterMerge, NoGpcHoldsTwoClustersOfNineOnAnH200) {
+  FL_NEED_GPU();
+  ASSERT_TRUE(step10b()) << "step 10b is not in this CUDA build";
+  const SplitsEnv env("");
+  const int64_t needed = fl::s10b::blocks_for_memory(128);
+  const bool h200_like = needed == 89 && fl::s10b::clusters_at_once(128, 16) == 7 && fl::s10b::clusters_at_once(128, 9) >= 8;
+  const bool h100_like = needed == 62 && fl::s10b::clusters_at_once(128, 16) == 7 && fl::s10b::clusters_at_once(128, 9) >= 8;
+  if (!h200_like && !h100_like)
+    GTEST_SKIP() << "neither an H200 nor an H100 (memory needs " << needed << " blocks; clusters of 16 resident: "
+                 << fl::s10b::clusters_at_once(128, 16) << ")";
+  for (auto [Nq, Nk] : {std::pair<int64_t, int64_t>{1, 32768}, {4, 32768}, {4, 8192}, {1, 131072}}) {
+    const Problem p = decode_problem(1, 8, Nq, Nk);
+    ASSERT_EQ(fl::s10b::row_tiles(p), 1) << p.describe();
+    const int S = fl::s10b::splits(p);
+    EXPECT_EQ(S, h200_like ? 8 : 9) << p.describe();
+    if (h200_like) {
+      EXPECT_EQ(fl::s10b::eight_warps(p, S), Nk / S < 8192) << p.describe();
+      EXPECT_EQ(fl::s10b::uses_step10(p), Nk / S >= 8192) << p.describe();
+    }
+    std::cout << "  " << p.describe() << ": S = " << S << (fl::s10b::uses_step10(p) ? ", step 10's kernels" : "")
+              << (fl::s10b::eight_warps(p, S) ? ", blocks of 8 warps" : "") << "\n";
+  }
+  EXPECT_EQ(fl::s10b::splits(decode_problem(1, 4, 1, 32768)), 16);  // 4 clusters of 16: one per GPC
+  EXPECT_EQ(fl::s10b::splits(decode_problem(1, 32, 1, 8192)), 3);
+  const SplitsEnv forced("9");
+  EXPECT_EQ(fl::s10b::splits(decode_problem(1, 8, 1, 32768)), 9) << "with FLASHLADDER_SPLITS=9";
+  EXPECT_FALSE(fl::s10b::uses_step10(decode_problem(1, 8, 1, 131072))) << "with FLASHLADDER_SPLITS=9";
 }
 
 // On the GPU: steps 10 and 10b ask for one block per SM exactly where the grid is unsplit, of 16-row
