@@ -646,9 +646,7 @@ int64_t keys_visited(const Problem& p) {
 int64_t block_slots(const Problem& p, int sms) { return (p.group() * p.Nq >= p.d ? 2 : 1) * int64_t(sms); }
 double blocks_wanted(const Problem& p, int sms) { return 0.9 * double(block_slots(p, sms)); }
 
-// held (if given): set when the last rule below lowered S to 8 (eight_warps() reads it).
-int splits_for(const Problem& p, int R, bool* held = nullptr) {  // with row tiles of 16R rows
-  if (held) *held = false;
+int splits_for(const Problem& p, int R) {  // with row tiles of 16R rows
   const int64_t M = p.group() * p.Nq, T_r = ceil_div<int64_t>(M, int64_t(B_r) * R);
   const int64_t keys = keys_visited(p);
   const int64_t asked = requested_splits();  // read first: a bad value is refused with or without a device
@@ -667,25 +665,6 @@ int splits_for(const Problem& p, int R, bool* held = nullptr) {  // with row til
   // all fit where S·clusters SMs would (a GPC of 16 SMs holds one cluster of 9, not 1.8). A cluster
   // left for a second wave would double the time: take the largest S up to here whose clusters fit.
   while (S > 1 && f.clusters_at_once[S] < blocks) --S;
-  // And no GPC holding two clusters of more than 8 blocks (Hopper's portable size), on a memory of 4 TB/s
-  // or more (step 10's deep_memory): a GPC that holds a cluster of 16 holds one such cluster, so where
-  // the clusters outnumber those GPCs (clusters_at_once[16]: 7 on an H100 or H200) and the residency
-  // rule kept S = 9 (8 or 9 tiles), two of them share a GPC, and on some H200s that GPC streams slower.
-  // Runs 210–226 (13 H200 machines, `explorations/…-run210-*` to `…-run226-*`): at B 1, H_kv 8, Nq 1,
-  // Nk 32768 10b's 72 blocks in 8 clusters of 9 took 36.7–37.5 µs on 10 machines and 41.9–42.5 on 3
-  // (uuids GPU-35921d39, -59707981, -0fa61e3c), and a program that only streams 10b's ring on the same
-  // launch (no math; run 218's streamprobe) 35.97–38.43 against 42.11–42.37; on every machine alike
-  // (within 2.2 µs) 72 blocks without clusters, 64 in 8 clusters of 8 (35.78–37.86), step 10, the
-  // read-only kernel and cuDNN. A probe launch (gpcmap) puts the 8th cluster of 9 on the SMs of the GPC
-  // that holds the 7th, on fast and slow machines alike, and asking for the load-balancing cluster policy
-  // leaves it there (run 225). Clusters of 8 take the 8 tiles with 64 blocks, one cluster per GPC: 10b in
-  // 8-warp blocks (eight_warps) then took 37.4–37.8 µs on fast machines and 37.8–37.9 on slow ones
-  // (runs 219–226), against the 9-block clusters' 36.7–37.5 and 41.9–42.3. Not on an H100: its
-  // 4-warp clusters of 9 were not measured on a slow machine (its launches do not change).
-  if (S > 8 && fl::s10::deep_memory(p.d) && blocks > f.clusters_at_once[kMaxSplits] && f.clusters_at_once[8] >= blocks) {
-    S = 8;
-    if (held) *held = true;
-  }
   return int(S);
 }
 
@@ -713,7 +692,32 @@ int m_tiles(const Problem& p) {
   return double(grid_for(p, 2)) >= std::min(wanted, double(grid_for(p, 1))) ? 2 : 1;
 }
 int64_t row_tiles(const Problem& p) { return ceil_div<int64_t>(p.group() * p.Nq, int64_t(B_r) * m_tiles(p)); }
-int splits(const Problem& p) { return splits_for(p, m_tiles(p)); }
+// No GPC holding two clusters of more than 8 blocks (Hopper's portable size), on a memory of 4 TB/s or
+// more (step 10's deep_memory): a GPC that holds a cluster of 16 holds one such cluster, so where the
+// clusters outnumber those GPCs (clusters_at_once[16]: 7 on an H100 or H200) and splits_for kept S = 9
+// (8 or 9 tiles), two of them share a GPC, and on some H200s that GPC streams slower. Runs 210–226 (13
+// H200 machines, `explorations/…-run210-*` to `…-run226-*`): at B 1, H_kv 8, Nq 1, Nk 32768 10b's 72
+// blocks in 8 clusters of 9 took 36.7–37.5 µs on 10 machines and 41.9–42.5 on 3 (uuids GPU-35921d39,
+// -59707981, -0fa61e3c), and a program that only streams 10b's ring on the same launch (no math; run
+// 218's streamprobe) 35.97–38.43 against 42.11–42.37; on every machine alike (within 2.2 µs) 72 blocks
+// without clusters, 64 in 8 clusters of 8 (35.78–37.86), step 10, the read-only kernel and cuDNN. A
+// probe launch (gpcmap) puts the 8th cluster of 9 on the SMs of the GPC that holds the 7th, on fast and
+// slow machines alike, and asking for the load-balancing cluster policy leaves it there (run 225).
+// Clusters of 8 take the 8 tiles with 64 blocks, one cluster per GPC: 10b in 8-warp blocks
+// (eight_warps) then took 37.4–37.8 µs on fast machines and 37.8–37.9 on slow ones (runs 219–226),
+// against the 9-block clusters' 36.7–37.5 and 41.9–42.3. The hold changes where the clusters run, not
+// how many blocks the grid has: m_tiles() compares splits_for's grids. A forced S (FLASHLADDER_SPLITS)
+// is not held. Not on an H100: its 4-warp clusters of 9 were not measured on a slow machine.
+bool two_to_a_gpc(const Problem& p, int64_t S) {  // S: splits_for's
+  if (S <= 8 || requested_splits() > 0 || !fl::s10::deep_memory(p.d)) return false;
+  const DeviceFacts f = facts_for(p.d);
+  const int64_t tiles = p.B * p.H_kv * row_tiles(p);
+  return tiles > f.clusters_at_once[kMaxSplits] && f.clusters_at_once[8] >= tiles;
+}
+int splits(const Problem& p) {
+  const int S = splits_for(p, m_tiles(p));
+  return two_to_a_gpc(p, S) ? 8 : S;
+}
 
 // One block per SM instead of two, for an unsplit grid of 16-row tiles at d = 128 with three blocks per
 // SM or more (in the decode sweep: B 16 and 64 at H_kv 32, B 64 at H_kv 8). Such a grid is a pure
@@ -820,16 +824,16 @@ bool eight_warps(const Problem& p, int64_t S) {
   const int64_t blocks = p.B * p.H_kv * T_r * S;
   const int64_t needed = std::min<int64_t>(sms, blocks_for_memory(p.d) * T_r);
   if (blocks < needed && 10 * blocks >= 8 * needed) return true;
-  // The clusters splits_for() held to 8 blocks (8 tiles: 64 blocks, 0.72 of an H200's 89) take 8 warps
-  // too, where each split reads under 8192 keys; at 8192 or more step 10's kernels run (uses_step10).
+  // The clusters splits() held to 8 blocks (two_to_a_gpc: at B 1, H_kv 8, 64 blocks, 0.72 of an H200's
+  // 89) keep the warps the clusters of 9 would have had, where each split reads under 8192 keys; at
+  // 8192 or more step 10's kernels run (uses_step10).
   // Runs 219–226 (H200s, B 1, H_kv 8): at Nk 32768 8 warps 37.4–37.9 µs (Nq 1) against step 10's
   // 39.2–39.3 and 4 warps' 49.6 (runs 215–218); at Nk 131072 (16384 keys per split) step 10's 125.5–125.6
   // on fast and slow machines alike against 8 warps' 130.3–133.0 (and the 9-block clusters' 122.7–126.7
   // on fast machines, 145.6–147.7 on slow ones; cuDNN 127.6–129.9). Between (Nk 65536, 8192 keys per
   // split): step 10 67.7–67.9, 8 warps 68.0–68.1 (runs 224, 226).
-  bool held = false;
-  splits_for(p, m_tiles(p), &held);
-  return held && S == 8 && keys_visited(p) / S < 8192;
+  const int64_t S_rule = splits_for(p, m_tiles(p));
+  return S == 8 && two_to_a_gpc(p, S_rule) && keys_visited(p) / S < 8192 && eight_warps(p, S_rule);
 }
 
 bool uses_step10(const Problem& p) {
