@@ -692,22 +692,23 @@ int m_tiles(const Problem& p) {
   return double(grid_for(p, 2)) >= std::min(wanted, double(grid_for(p, 1))) ? 2 : 1;
 }
 int64_t row_tiles(const Problem& p) { return ceil_div<int64_t>(p.group() * p.Nq, int64_t(B_r) * m_tiles(p)); }
+
 // No GPC holding two clusters of more than 8 blocks (Hopper's portable size), on a memory of 4 TB/s or
 // more (step 10's deep_memory): a GPC that holds a cluster of 16 holds one such cluster, so where the
-// clusters outnumber those GPCs (clusters_at_once[16]: 7 on an H100 or H200) and splits_for kept S = 9
-// (8 or 9 tiles), two of them share a GPC, and on some H200s that GPC streams slower. Runs 210–226 (13
-// H200 machines, `explorations/…-run210-*` to `…-run226-*`): at B 1, H_kv 8, Nq 1, Nk 32768 10b's 72
-// blocks in 8 clusters of 9 took 36.7–37.5 µs on 10 machines and 41.9–42.5 on 3 (uuids GPU-35921d39,
-// -59707981, -0fa61e3c), and a program that only streams 10b's ring on the same launch (no math; run
-// 218's streamprobe) 35.97–38.43 against 42.11–42.37; on every machine alike (within 2.2 µs) 72 blocks
-// without clusters, 64 in 8 clusters of 8 (35.78–37.86), step 10, the read-only kernel and cuDNN. A
-// probe launch (gpcmap) puts the 8th cluster of 9 on the SMs of the GPC that holds the 7th, on fast and
-// slow machines alike, and asking for the load-balancing cluster policy leaves it there (run 225).
-// Clusters of 8 take the 8 tiles with 64 blocks, one cluster per GPC: 10b in 8-warp blocks
-// (eight_warps) then took 37.4–37.8 µs on fast machines and 37.8–37.9 on slow ones (runs 219–226),
-// against the 9-block clusters' 36.7–37.5 and 41.9–42.3. The hold changes where the clusters run, not
-// how many blocks the grid has: m_tiles() compares splits_for's grids. A forced S (FLASHLADDER_SPLITS)
-// is not held. Not on an H100: its 4-warp clusters of 9 were not measured on a slow machine.
+// clusters outnumber those GPCs (clusters_at_once[16]: 7 on an H100 or H200) and splits_for kept S = 9 (8
+// or 9 tiles), two of them share a GPC, and on some H200s that GPC streams slower. Runs 210–226 (14 H200
+// machines, `explorations/…-run210-*` to `…-run226-*`): at B 1, H_kv 8, Nq 1, Nk 32768 10b's 72 blocks in
+// 8 clusters of 9 took 36.7–37.5 µs on 10 machines and 41.7–42.5 on 4 (three by uuid: GPU-35921d39,
+// -59707981, -0fa61e3c), and a program that only streams 10b's ring on the same launch (no math; run 218's
+// streamprobe) 36.16–38.43 against 42.11–42.37; on every machine alike (within 2.2 µs) 72 blocks without
+// clusters, 64 in 8 clusters of 8 (35.78–37.86), step 10, the read-only kernel and cuDNN. A probe launch
+// (gpcmap) puts the 8th cluster of 9 on the SMs of the GPC that holds the 7th, on fast and slow machines
+// alike, and asking for the load-balancing cluster policy leaves it there (run 225). Clusters of 8 take
+// the 8 tiles with 64 blocks, one cluster per GPC: 10b in 8-warp blocks (eight_warps) then took 37.4–37.8
+// µs on fast machines and 37.8–37.9 on slow ones (runs 219–226), against the 9-block clusters' 36.7–37.5
+// and 41.9–42.3. The hold changes where the clusters run, not how many blocks the grid has: m_tiles()
+// compares splits_for's grids. A forced S (FLASHLADDER_SPLITS) is not held. Not on an H100: its 4-warp
+// clusters of 9 were not measured on a slow machine.
 bool two_to_a_gpc(const Problem& p, int64_t S) {  // S: splits_for's
   if (S <= 8 || requested_splits() > 0 || !fl::s10::deep_memory(p.d)) return false;
   const DeviceFacts f = facts_for(p.d);
