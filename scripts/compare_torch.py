@@ -181,12 +181,15 @@ def record_commit():
 
 
 def run_env():
-    """The fields every record carries about the run: device, SM count, CUDA, driver, commit, date, torch."""
+    """The fields every record carries about the run: device, SM count, CUDA, driver, commit, date, torch,
+    and the GPU's uuid: H200s of one name and driver do not all time alike (on 4 of 14 machines in runs
+    210-226 10b's 72 blocks in clusters of 9 ran 12-18% slower, steps/10b_cluster_merge/README.md, "No GPC
+    holds two clusters of 9"), so a record names the GPU it came from."""
     props = torch.cuda.get_device_properties(0)
     commit = os.environ.get("FLASHLADDER_COMMIT") or record_commit()
     env = {"device": props.name, "sm_count": props.multi_processor_count, "cuda": torch.version.cuda,
            "driver": "", "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-           "torch": torch.__version__}
+           "torch": torch.__version__, "gpu_uuid": str(getattr(props, "uuid", "") or "")}
     try:
         env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                        capture_output=True, text=True).stdout.strip().splitlines()[0]
