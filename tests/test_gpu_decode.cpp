@@ -81,9 +81,9 @@ const std::vector<DecodeCase>& decode_cases() {
       // 32 tiles of 16 rows at B 1 in 10b's clusters of 3 (an H200 schedules no 32 clusters of 4), 2732
       // keys per split: on a memory of 4 TB/s or more (an H200) 10b's ring a stage deeper (deep_clusters).
       {"mha_nq1_nk8195_causal_deep_cluster_ring", 1, 32, 32, 1, 8195, 128, true, DType::bf16, 1.0},
-      // 8 tiles of 16 rows (4 query heads × Nq 4) at B 1 in clusters of 9, 910 keys per split: 72 blocks,
-      // under the 89 an H200's memory needs from blocks of 4 warps, so there 10b's blocks of 8 (eight_warps);
-      // on an H200 in clusters of 8 (1024 keys per split: no GPC holds two clusters of 9, splits_for).
+      // 8 tiles of 16 rows (4 query heads × Nq 4) at B 1: on an H100 in clusters of 9 (910 keys per split,
+      // 72 blocks of 4 warps); on an H200 in clusters of 8 (1024 keys per split: no GPC holds two clusters
+      // of 9, two_to_a_gpc) in blocks of 8 warps (eight_warps).
       {"gqa4_nq4_nk8195_causal_eight_warp_clusters", 1, 32, 8, 4, 8195, 128, true, DType::f16, 1.0},
       // 400 unsplit tiles of 16 rows at d 128 (one block per SM), the last wave 4 blocks of 132: on a
       // memory of 4 TB/s or more (an H200) 10b's blocks of 8 warps (eight_warps with S = 1).
@@ -609,7 +609,7 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
   // clusters on an H100, step 10's on an H200; H_kv 32, Nq 4 at 8192 (96 blocks): 10b's on both. Never
   // when FLASHLADDER_SPLITS asks for a number. Except (`eight`) where 10b's own clusters run in blocks
   // of 8 warps on an H200 (eight_warps): H_kv 8 at Nq 1 and 4, Nk 32768, and Nq 4, Nk 8192, whose 8
-  // tiles an H200 splits into clusters of 8 (64 blocks; splits_for keeps two clusters of 9 out of one
+  // tiles an H200 splits into clusters of 8 (64 blocks; two_to_a_gpc keeps two clusters of 9 out of one
   // GPC), each reading under 8192 keys — at Nk 131072 (16384 keys per split) step 10's kernels there;
   // not H_kv 4 (64 blocks in clusters of 16); never on an H100 (its clusters of 9: 72 blocks of 4 warps).
   const Step* s10b = step10b();
@@ -649,7 +649,7 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
   EXPECT_EQ(s10b->impl->workspace_bytes(mqa), 0u) << mqa.describe() << " with FLASHLADDER_SPLITS=4";
 }
 
-// On the GPU: on an H200 no GPC holds two of 10b's clusters of more than 8 blocks (splits_for): at B 1,
+// On the GPU: on an H200 no GPC holds two of 10b's clusters of more than 8 blocks (two_to_a_gpc): at B 1,
 // H_kv 8 (8 tiles of 16 rows) the residency rule's S = 9 would put two clusters of 9 in one GPC (7 GPCs
 // hold a cluster of 16), which streams 12-18% slower on some H200s (runs 210-226), so S = 8 there, in
 // blocks of 8 warps below 8192 keys per split (Nk 32768: 4096) and step 10's kernels from 8192 on
