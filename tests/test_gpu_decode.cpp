@@ -603,8 +603,8 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
   // B 1, H_kv 1, Nq 1 (2 tiles of 16 rows, S = 16 against step 10's 60) at Nk 32768 and 131072, not at
   // 8192 (512 keys per split); H_kv 1, Nq 4 (8 row tiles of 16 reading one K/V head, S = 9; at 32768, 4
   // tiles of 32, S = 16) at 8192 and 32768, not at 4096. Reads of 8192 keys per split or more always:
-  // H_kv 4 at 131072 (S = 16), H_kv 8 at 131072 (S = 9), H_kv 32 at 32768 (S = 3). And where it depends
-  // on the memory (`blocks`: 10b's blocks, step 10's iff the memory needs more): H_kv 4, Nq 1 at 32768
+  // H_kv 4 at 131072 (S = 16), H_kv 8 at 131072 (S = 9; 8 on an H200, two_to_a_gpc), H_kv 32 at 32768
+  // (S = 3). And where it depends on the memory (`blocks`: 10b's blocks, step 10's iff the memory needs more): H_kv 4, Nq 1 at 32768
   // (64 blocks, 2048 keys per split) and H_kv 8, Nq 1 and 4 at 32768 (72 blocks, 3641 keys): 10b's own
   // clusters on an H100, step 10's on an H200; H_kv 32, Nq 4 at 8192 (96 blocks): 10b's on both. Never
   // when FLASHLADDER_SPLITS asks for a number. Except (`eight`) where 10b's own clusters run in blocks
