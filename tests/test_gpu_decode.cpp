@@ -600,18 +600,18 @@ TEST(ClusterMerge, SplitsAreStep10sUpToOneCluster) {
   // Where 10b's clusters cannot read as fast as the memory and step 10 has more blocks, on a read of over
   // 512 keys per split, 10b runs step 10's kernels, with step 10's workspace. The blocks the memory
   // needs come from its peak rate: 62 on an H100 (3.35 TB/s), 89 on an H200 (run 128).
-  // B 1, H_kv 1, Nq 1 (2 tiles of 16 rows, S = 16 against step 10's 60) at Nk 32768 and 131072, not at
-  // 8192 (512 keys per split); H_kv 1, Nq 4 (8 row tiles of 16 reading one K/V head, S = 9; at 32768, 4
-  // tiles of 32, S = 16) at 8192 and 32768, not at 4096. Reads of 8192 keys per split or more always:
-  // H_kv 4 at 131072 (S = 16), H_kv 8 at 131072 (S = 9; 8 on an H200, two_to_a_gpc), H_kv 32 at 32768
-  // (S = 3). And where it depends on the memory (`blocks`: 10b's blocks, step 10's iff the memory needs more): H_kv 4, Nq 1 at 32768
-  // (64 blocks, 2048 keys per split) and H_kv 8, Nq 1 and 4 at 32768 (72 blocks, 3641 keys): 10b's own
-  // clusters on an H100, step 10's on an H200; H_kv 32, Nq 4 at 8192 (96 blocks): 10b's on both. Never
-  // when FLASHLADDER_SPLITS asks for a number. Except (`eight`) where 10b's own clusters run in blocks
-  // of 8 warps on an H200 (eight_warps): H_kv 8 at Nq 1 and 4, Nk 32768, and Nq 4, Nk 8192, whose 8
-  // tiles an H200 splits into clusters of 8 (64 blocks; two_to_a_gpc keeps two clusters of 9 out of one
-  // GPC), each reading under 8192 keys — at Nk 131072 (16384 keys per split) step 10's kernels there;
-  // not H_kv 4 (64 blocks in clusters of 16); never on an H100 (its clusters of 9: 72 blocks of 4 warps).
+  // B 1, H_kv 1, Nq 1 (2 tiles of 16 rows, S = 16 against step 10's 60) at Nk 32768 and 131072, not at 8192
+  // (512 keys per split); H_kv 1, Nq 4 (8 row tiles of 16 reading one K/V head, S = 9; at 32768, 4 tiles of
+  // 32, S = 16) at 8192 and 32768, not at 4096. Reads of 8192 keys per split or more always: H_kv 4 at
+  // 131072 (S = 16), H_kv 8 at 131072 (S = 9; 8 on an H200, two_to_a_gpc), H_kv 32 at 32768 (S = 3). And
+  // where it depends on the memory (`blocks`: 10b's blocks, step 10's iff the memory needs more): H_kv 4, Nq
+  // 1 at 32768 (64 blocks, 2048 keys per split) and H_kv 8, Nq 1 and 4 at 32768 (72 blocks, 3641 keys):
+  // 10b's own clusters on an H100, step 10's on an H200; H_kv 32, Nq 4 at 8192 (96 blocks): 10b's on both.
+  // Never when FLASHLADDER_SPLITS asks for a number. Except (`eight`) where 10b's own clusters run in blocks
+  // of 8 warps on an H200 (eight_warps): H_kv 8 at Nq 1 and 4, Nk 32768, and Nq 4, Nk 8192, whose 8 tiles an
+  // H200 splits into clusters of 8 (64 blocks; two_to_a_gpc keeps two clusters of 9 out of one GPC), each
+  // reading under 8192 keys — at Nk 131072 (16384 keys per split) step 10's kernels there; not H_kv 4 (64
+  // blocks in clusters of 16); never on an H100 (its clusters of 9: 72 blocks of 4 warps).
   const Step* s10b = step10b();
   const int64_t needed = fl::s10b::blocks_for_memory(128);
   std::cout << "  blocks that keep up with this GPU's memory (10b's line for its own clusters): " << needed << "\n";
