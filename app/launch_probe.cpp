@@ -123,7 +123,7 @@ cudaError_t CUDARTAPI cudaGetDevice(int* device) {
 cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
   switch (attr) {
     case cudaDevAttrMemoryClockRate: *value = device == 1 ? 3201000 : 2619000; break;  // kHz, as nvidia-smi's max
-    case cudaDevAttrGlobalMemoryBusWidth: *value = device == 1 ? 6144 : 5120; break;   // bits
+    case cudaDevAttrGlobalMemoryBusWidth: *value = device == 1 ? 6016 : 5120; break;   // bits (H200: run 234)
     case cudaDevAttrMultiProcessorCount: *value = 132; break;
     case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
     case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
@@ -142,13 +142,17 @@ cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int
   return cudaSuccess;
 }
 // Step 10b asks how many thread-block clusters of each size fit at once (one block per SM). The stand-in
-// answers as if the 132 SMs were 8 GPCs of 16 (a cluster lives in one GPC): 8 · ⌊16 / size⌋. Only the
-// grid's split count depends on it, not a launch's block size or shared memory.
+// answers what the H100 and the H200 answered (10b's README, "How many clusters fit": runs 85, 89, 128,
+// 129, one block per SM): seven GPCs hold a cluster of 16 and one only 9, so 8 clusters fit up to 9
+// blocks and 7 from 10 to 16. Only the grid's split count depends on it, not a launch's block size or
+// shared memory — but the split count picks 10b's kernels (its clusters of 9 or 8, blocks of 4 or 8
+// warps, step 10's kernels), so the stand-in must give the GPUs' numbers for the table to show their launches.
 cudaError_t CUDARTAPI cudaOccupancyMaxActiveClusters(int* numClusters, const void*, const cudaLaunchConfig_t* config) {
+  static const int hopper[17] = {0, 132, 66, 39, 30, 22, 17, 15, 15, 9, 7, 7, 7, 7, 7, 7, 7};
   int size = 1;
   for (unsigned i = 0; i < config->numAttrs; ++i)
     if (config->attrs[i].id == cudaLaunchAttributeClusterDimension) size = int(config->attrs[i].val.clusterDim.x);
-  *numClusters = size >= 1 && size <= 16 ? 8 * (16 / size) : 0;
+  *numClusters = size >= 1 && size <= 16 ? hopper[size] : 0;
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
@@ -230,7 +234,8 @@ int main(int argc, char** argv) {
   // (step 10's split-KV path and merge), a long one (more splits, more blocks), MQA with 4 query
   // rows (step 10's tiles of 32 rows: 128 packed rows, split), and 32 K/V heads at B 1 (10b's own
   // clusters, with 2048 keys per split: on the H200 its deeper ring, deep_clusters), and 8 K/V heads of
-  // 4 query heads at Nq 4 (8 tiles in 10b's clusters of 9: on the H200 its blocks of 8 warps, eight_warps).
+  // 4 query heads at Nq 4 (8 tiles: on the H100 in 10b's clusters of 9; on the H200 in clusters of 8 of 8
+  // warps, two_to_a_gpc and eight_warps — given the H200's own cluster counts and bus width, above).
   struct Shape {
     int64_t B, H, H_kv, Nq, Nk;
   };
