@@ -687,7 +687,7 @@ bool one_per_sm(const Problem& p) {
 }
 
 // The ring of the 32-row tiles (Late: 3 stages at d = 128, the copies after the wait) for a grid of
-// 16-row tiles at d = 128, on a device whose memory's peak is 4 TB/s or more (an H200: 4.92;
+// 16-row tiles at d = 128, on a device whose memory's peak is 4 TB/s or more (an H200: 4.81;
 // an H100 SXM: 3.35). Little's law: the bytes a kernel keeps in flight are its bandwidth times the
 // memory's latency, so the faster memory needs more of them at the same latency. The 2-stage ring keeps
 // one warp tile of K and V (8 KiB) per warp in flight while the warp multiplies, 32 KiB per block; the
