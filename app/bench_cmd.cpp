@@ -87,6 +87,9 @@ int run_bench(const BenchOptions& o) {
   if (!dev) throw Error("the benchmark needs a CUDA device: " + why);
   Environment env = gpu_environment();
   RecordFile json(o.json);
+  // Every line out as soon as it is written: a bench cut short (run 235: a 240 s timeout in the decode
+  // problem, stdout to a file) kept its records but none of its printed lines, which sat in the buffer.
+  std::cout << std::unitbuf;
   auto emit = [&](nlohmann::json r) {
     r["suite"] = "bench";
     json.write(r);
