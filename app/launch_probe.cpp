@@ -144,9 +144,10 @@ cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int
 // Step 10b asks how many thread-block clusters of each size fit at once (one block per SM). The stand-in
 // answers what the H100 and the H200 answered (10b's README, "How many clusters fit": runs 85, 89, 128,
 // 129; run 229 printed the same): 132 of 1 block, 66 of 2, … 15 of 8, 9 of 9, and 7 (the GPCs that hold
-// a cluster of 16) of every size from 10 to 16. Only the grid's split count depends on it, not a launch's block size or
-// shared memory — but the split count picks 10b's kernels (its clusters of 9 or 8, blocks of 4 or 8
-// warps, step 10's kernels), so the stand-in must give the GPUs' numbers for the table to show their launches.
+// a cluster of 16) of every size from 10 to 16. Only the grid's split count depends on it, not a launch's
+// block size or shared memory — but the split count picks 10b's kernels (its clusters of 9 or 8, blocks
+// of 4 or 8 warps, step 10's kernels), so the stand-in must give the GPUs' numbers for the table to show
+// their launches.
 cudaError_t CUDARTAPI cudaOccupancyMaxActiveClusters(int* numClusters, const void*, const cudaLaunchConfig_t* config) {
   static const int hopper[17] = {0, 132, 66, 39, 30, 22, 17, 15, 15, 9, 7, 7, 7, 7, 7, 7, 7};
   int size = 1;

@@ -518,7 +518,7 @@ merge_kernel(const float* __restrict__ O_part, const float* __restrict__ L_part,
 // peak (deep_ring). Queried once per device and head dim; zeros without a usable device (then S = 1).
 struct DeviceFacts {
   int sms = 0, blocks_per_sm = 0, major = 0;
-  double memory_bytes_per_s = 0;  // 2 transfers per clock × bus width: H100 SXM 3.35e12, H200 4.81e12 (3201 MHz, 6016 bits: run 234)
+  double memory_bytes_per_s = 0;  // 2 transfers per clock × bus width: H100 SXM 3.35e12, H200 4.81e12 (run 234)
 };
 
 // deep_ring's kernels (d = 128 only): the one-per-SM request, as the 2-stage ring's.
