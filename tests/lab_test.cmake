@@ -40,6 +40,11 @@ if(MODE STREQUAL "solution")
     message(FATAL_ERROR "exercise ${STEP} with the marked regions put back did not pass its check (exit ${rc}): the kit has drifted from the step")
   endif()
 else()
+  # The suite must have run: a handout (or a fixture) that does not compile also prints "lab check: FAIL"
+  # with exit 1, and must not pass as "builds and fails its check".
+  if(NOT out MATCHES "lab check: [0-9]+ of [0-9]+ shapes pass")
+    message(FATAL_ERROR "exercise ${STEP} (${MODE}): the check did not run its suite (exit ${rc}); does the source build?")
+  endif()
   if(NOT rc EQUAL 1 OR NOT out MATCHES "lab check: FAIL")
     message(FATAL_ERROR "exercise ${STEP} (${MODE}) was expected to FAIL its check (exit 1), got exit ${rc}: a check that cannot fail is a defect")
   endif()

@@ -38,8 +38,11 @@ fl_ring_launcher_test(unwritten_row_fails 1 "O: FAIL .*first \\(0, 0, 64, 0\\) s
 fl_ring_launcher_test(too_few_gpus 2 "needs 3 GPUs; this machine has 2" ARGS --gpus;3;-N;64)
 
 if(NOT FLASHLADDER_HAVE_NCCL)
-  add_test(NAME ring.not_built COMMAND ${CMAKE_COMMAND} -E echo "GPU test skipped: step 11 is not in this build: ${FLASHLADDER_NCCL_WHY}")
-  set_tests_properties(ring.not_built PROPERTIES SKIP_REGULAR_EXPRESSION "GPU test skipped")
+  # A visible skip (exit 77), a failure under FLASHLADDER_REQUIRE_GPU (as gpu_gate.cmake and lab_test.cmake
+  # treat a build without the GPU code): a GPU run must not pass with step 11 silently left out.
+  add_test(NAME ring.not_built COMMAND sh -c "if [ -n \"$FLASHLADDER_REQUIRE_GPU\" ] && [ \"$FLASHLADDER_REQUIRE_GPU\" != 0 ]; then echo \"FLASHLADDER_REQUIRE_GPU is set but step 11 is not in this build: $0\"; exit 1; fi; echo \"GPU test skipped: step 11 is not in this build: $0\"; exit 77"
+           "${FLASHLADDER_NCCL_WHY}")
+  set_tests_properties(ring.not_built PROPERTIES SKIP_RETURN_CODE 77)
   return()
 endif()
 

@@ -137,12 +137,15 @@ TEST(Variants, SomeStepRunsEachVariant) {
 // Every GPU step that does not list a variant refuses it, naming the variant and the steps that have it.
 TEST(Variants, OtherStepsRefuseThemWithTheReason) {
   const Problem p = problem_of(shapes()[0], variants()[0]);  // a window
+  int checked = 0;
   for (const Step& s : ladder()) {
     if (!s.gpu() || !s.impl || (s.variants & kWindow)) continue;
     if (!s.supports_d(p.d) || !s.supports_dtype(p.dtype)) continue;
     const std::string why = s.refusal(p);
     EXPECT_NE(why.find("window"), std::string::npos) << s.folder << ": " << why;
+    ++checked;
   }
+  if (checked == 0) GTEST_SKIP() << "no GPU step without the window is in this build (no nvcc): nothing checked";
 }
 
 // ---- Variable length (packed sequences) and seqused_k --------------------------------------------

@@ -680,6 +680,7 @@ TEST(VariantBaseline, HasTheExpectedErrorSizeAndPacksLikeTheOracle) {
     double err = 0, mag = 0;
     ASSERT_EQ(oracle->size(), base->size()) << name;
     for (size_t n = 0; n < oracle->size(); ++n) {
+      ASSERT_TRUE(std::isfinite((*base)[n]) && std::isfinite((*oracle)[n])) << name << " at " << n;  // std::max drops a NaN
       err = std::max(err, std::fabs((*base)[n] - (*oracle)[n]));
       mag = std::max(mag, std::fabs((*oracle)[n]));
     }
