@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   int64_t steps_d = 0;
   steps->add_flag("--names", steps_names, "Print only the folders, comma-separated (for scripts)");
   steps->add_flag("--gpu", steps_gpu, "Only GPU steps");
-  steps->add_option("--head-dim", steps_d, "Only steps that support this head dim");
+  steps->add_option("--head-dim", steps_d, "Only steps that support this head dim")->check(CLI::Range(int64_t(1), int64_t(1) << 40));
   std::string diff_step;
   CLI::App* diff = app.add_subcommand("diff", "Show the source diff of a step against its base (the step before it, or the one its ladder entry names)");
   diff->add_option("step", diff_step, "Step number, folder or name (e.g. 05)")->required();
@@ -121,43 +121,56 @@ int main(int argc, char** argv) {
       "check", "Build the folder's source in place of the step and run the step's suite (exit 0 pass, 1 fail, 77 needs a GPU)");
   lab_check_c->add_option("dir", lab_check_dir, "Folder made by 'lab new'")->required();
 
+  // Output that never reached its file (a full disk, a closed pipe) is a failure, not a success.
+  auto finish = [](int rc) {
+    std::cout.flush();
+    if (!std::cout) {
+      std::cerr << "flashladder: error: writing to standard output failed (disk full or a closed pipe?): "
+                   "the output is incomplete\n";
+      return rc ? rc : 2;
+    }
+    return rc;
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return finish(app.exit(e) == 0 ? 0 : 2);
   }
-  try {
-    if (*steps) return list_steps(steps_names, steps_gpu, steps_d);
-    if (*diff) return show_diff(diff_step);
-    if (*lab_new_c) return lab_new(lab_step, lab_dir, lab_solution, lab_mutation, lab_force);
-    if (*lab_check_c) return lab_check(lab_check_dir);
-    if (*gen) return oracle_generate(gen_prob, gen_out);
-    if (*ocheck) return oracle_check(chk_golden, chk_cand, chk_golden_bwd);
-    if (*runf) return run_on_files(run_step_name, run_in, run_out, run_bwd);
-    if (*ring) return run_ring(ring_o);
-    if (*check) return run_check(chk_prob, chk_steps, chk_bwd, chk_require_gpu);
-    if (*bench) {
-      bench_o.headline_dtypes.clear();
-      for (const std::string& t : bench_types) {
-        auto d = fl::parse_dtype(t);
-        if (!d) throw fl::Error("unknown storage type '" + t + "': use fp16, bf16 or fp32");
-        bench_o.headline_dtypes.push_back(*d);
+  auto dispatch = [&]() -> int {
+    try {
+      if (*steps) return list_steps(steps_names, steps_gpu, steps_d);
+      if (*diff) return show_diff(diff_step);
+      if (*lab_new_c) return lab_new(lab_step, lab_dir, lab_solution, lab_mutation, lab_force);
+      if (*lab_check_c) return lab_check(lab_check_dir);
+      if (*gen) return oracle_generate(gen_prob, gen_out);
+      if (*ocheck) return oracle_check(chk_golden, chk_cand, chk_golden_bwd);
+      if (*runf) return run_on_files(run_step_name, run_in, run_out, run_bwd);
+      if (*ring) return run_ring(ring_o);
+      if (*check) return run_check(chk_prob, chk_steps, chk_bwd, chk_require_gpu);
+      if (*bench) {
+        bench_o.headline_dtypes.clear();
+        for (const std::string& t : bench_types) {
+          auto d = fl::parse_dtype(t);
+          if (!d) throw fl::Error("unknown storage type '" + t + "': use fp16, bf16 or fp32");
+          bench_o.headline_dtypes.push_back(*d);
+        }
+        return run_bench(bench_o);
       }
-      return run_bench(bench_o);
+      return run_ladder(lad);
+    } catch (const fl::Error& e) {
+      std::cerr << "flashladder: error: " << e.what() << "\n";
+      return 2;
+    } catch (const std::bad_alloc&) {
+      // The host side (inputs, the fp64 oracle) needs memory too; a problem too large for it is bad
+      // input, not a crash.
+      std::cerr << "flashladder: error: out of host memory: the problem's host buffers (inputs, outputs and, "
+                   "when checked, the fp64 oracle) do not fit in this machine's memory; choose a smaller "
+                   "problem or --no-check\n";
+      return 2;
+    } catch (const std::exception& e) {
+      std::cerr << "flashladder: error: " << e.what() << "\n";
+      return 2;
     }
-    return run_ladder(lad);
-  } catch (const fl::Error& e) {
-    std::cerr << "flashladder: error: " << e.what() << "\n";
-    return 2;
-  } catch (const std::bad_alloc&) {
-    // The host side (inputs, the fp64 oracle) needs memory too; a problem too large for it is bad
-    // input, not a crash.
-    std::cerr << "flashladder: error: out of host memory: the problem's host buffers (inputs, outputs and, "
-                 "when checked, the fp64 oracle) do not fit in this machine's memory; choose a smaller "
-                 "problem or --no-check\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "flashladder: error: " << e.what() << "\n";
-    return 2;
-  }
+  };
+  return finish(dispatch());
 }

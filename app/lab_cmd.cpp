@@ -137,7 +137,7 @@ std::string apply_mutation(const std::string& src, const fs::path& fixture) {
   std::vector<std::string> lines = lines_of(src);
   std::string old;
   bool have_old = false;
-  size_t n = 0;
+  size_t n = 0, applied = 0;
   for (const std::string& raw : lines_of(read_text(fixture))) {
     ++n;
     const std::string where = fixture.string() + ":" + std::to_string(n);
@@ -157,11 +157,14 @@ std::string apply_mutation(const std::string& src, const fs::path& fixture) {
                     " lines of the step's source (it must be in exactly one): the fixture has drifted from the step");
       lines[at] = lines[at].substr(0, lines[at].find_first_not_of(" \t")) + neu;
       have_old = false;
+      ++applied;
     } else {
       throw Error(where + ": expected '# …', '- old line' or '+ new line'");
     }
   }
   if (have_old) throw Error(fixture.string() + ": the last '- ' line has no '+ ' line");
+  if (applied == 0)
+    throw Error(fixture.string() + ": no '- old' / '+ new' pair: the fixture changes nothing (empty or truncated?)");
   std::string out;
   for (const std::string& l : lines) out += l + "\n";
   return out;

@@ -1,5 +1,7 @@
 // flashladder — app/ladder_cmd.cpp: the ladder table, the step list and the step diff.
 #include <Eigen/Dense>
+#include <charconv>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +12,8 @@
 #include <map>
 #include <sstream>
 #include <tuple>
+
+#include <sys/wait.h>  // WIFEXITED: the status std::system returns
 
 #include "app/record.hpp"
 #include "reference/verify.hpp"
@@ -60,10 +64,17 @@ void ProblemOptions::add_to(CLI::App& app) {
   // as a plain non-negative integer.
   app.add_option("--seed", seed, "Seed of the random inputs, an integer from 0 to 2^64 - 1")
       ->capture_default_str()
-      ->check(CLI::Validator(
+      ->transform(CLI::Validator(
           [](std::string& s) -> std::string {
-            if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+            // Parsed here, in decimal, and handed on in canonical form: CLI11 itself would read a
+            // leading 0 as octal (010 -> 8) and saturate 2^64 and above to 2^64 - 1, silently
+            // running another seed than the one asked for.
+            uint64_t v = 0;
+            const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 10);
+            if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || ec != std::errc() ||
+                end != s.data() + s.size())
               return "seed '" + s + "' is not allowed: it must be an integer from 0 to 2^64 - 1";
+            s = std::to_string(v);
             return "";
           },
           "UINT64"));
@@ -402,9 +413,10 @@ int list_steps(bool names_only, bool gpu_only, int64_t head_dim) {
   std::cout << std::left << std::setw(26) << "step" << std::setw(5) << "on" << std::setw(10) << "backward"
             << std::setw(18) << "types" << std::setw(22) << "head dims" << "the one idea\n";
   for (const Step& s : ladder())
-    std::cout << std::left << std::setw(26) << s.folder << std::setw(5) << (s.gpu() ? "GPU" : "CPU")
-              << std::setw(10) << (s.has_backward() ? "yes" : "-") << std::setw(18) << s.dtypes_text()
-              << std::setw(22) << s.head_dims_text() << s.change << "\n";
+    if ((!gpu_only || s.gpu()) && (head_dim == 0 || s.supports_d(head_dim)))
+      std::cout << std::left << std::setw(26) << s.folder << std::setw(5) << (s.gpu() ? "GPU" : "CPU")
+                << std::setw(10) << (s.has_backward() ? "yes" : "-") << std::setw(18) << s.dtypes_text()
+                << std::setw(22) << s.head_dims_text() << s.change << "\n";
   if (!have_gpu) std::cout << "\nGPU steps need a CUDA device; here: " << why << "\n";
   return 0;
 }
@@ -452,7 +464,14 @@ int show_diff(const std::string& name) {
   int rc = std::system(cmd.c_str());
   fs::remove_all(fs::path(b).parent_path());  // the marks-free copies (lab_stripped_copy's folder)
   if (rc == -1) throw Error("could not run diff");
-  return 0;  // diff exits 1 when files differ, which is the point
+  // diff exits 1 when files differ, which is the point; 2 is its own trouble (a source it could not
+  // read, an output it could not write), which it has already named on stderr.
+  const int status = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
+  if (status == 128 + SIGPIPE) return status;  // the reader went away (| head): quiet, as a program killed by SIGPIPE
+  if (status > 1)
+    throw Error("diff failed (exit status " + std::to_string(status) +
+                "): the diff shown is incomplete");
+  return 0;
 }
 
 }  // namespace fl::cli

@@ -23,13 +23,45 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fl_results as flr  # noqa: E402  (read_jsonl: the records, refused with their place)
+
+
+def refuse(msg):
+    print(f"bars.py: {msg}", file=sys.stderr)
+    sys.exit(2)
+
 
 def load(path):
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The records of one file; a line that is not a JSON object, or a record whose fields the tables
+    read are missing or wrong, is refused (exit 2), naming the file and line: a negative or string
+    time would otherwise reach a table, and meet a bar, or crash the script."""
+    out = []
+    for where, r in flr.read_jsonl(path, refuse):
+        for f in ("impl", "pass"):
+            if f not in r:
+                refuse(f"{where}: a record needs {f}")
+        if r.get("tflops") is not None:  # an attention record (a copy's has no problem and no tflops)
+            for f in ("dtype", "causal", "d", "B", "H", "Nq", "Nk"):
+                if f not in r:
+                    refuse(f"{where}: a record with tflops needs {f}")
+            for f in ("d", "B", "H", "Nq", "Nk"):
+                if not isinstance(r[f], int) or isinstance(r[f], bool) or r[f] < 1:
+                    refuse(f"{where}: {f} = {r[f]!r} is not a positive whole number")
+        for f in ("tflops", "median_ms", "bytes_per_s"):
+            v = r.get(f)
+            # NaN is a broken run's honest value: it meets no bar (tests/test_bars.py). A negative, zero
+            # or infinite one is not a measurement, and would meet or miss a bar unnoticed.
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or
+                                  not (math.isnan(v) or (math.isfinite(v) and v > 0))):
+                refuse(f"{where}: {f} = {v!r} is not a positive number (nor NaN, a broken run's)")
+        out.append(r)
+    return out
 
 
 def key(r):

@@ -34,7 +34,16 @@ def local_target(url: str) -> str | None:
 
 
 def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
+    if len(sys.argv) != 2:
+        print("check_links.py: give one argument, the built site's HTML_DIR (--help says more)", file=sys.stderr)
+        return 2
     root = os.path.abspath(sys.argv[1])
+    if not os.path.isdir(root):
+        print(f"check_links.py: {sys.argv[1]} is not a folder: no site to check", file=sys.stderr)
+        return 2
     broken: list[str] = []
     pages = 0
     for folder, _, files in os.walk(root):

@@ -119,7 +119,18 @@ def read_jsonl(path: str, refuse):
     except OSError as e:
         refuse(f"cannot read {path}: {e.strerror}")
     with f:
-        for n, line in enumerate(f, 1):
+        n = 0
+        lines = iter(f)
+        while True:
+            try:
+                line = next(lines)
+            except StopIteration:
+                return
+            except UnicodeDecodeError as e:
+                refuse(f"{path}:{n + 1}: not UTF-8 text: {e}")
+            except OSError as e:
+                refuse(f"cannot read {path}: {e.strerror}")
+            n += 1
             if not line.strip():
                 continue
             where = f"{path}:{n}"

@@ -26,7 +26,13 @@ import math
 import sys
 from collections import defaultdict
 
-import torch
+try:
+    import torch
+except ImportError as _e:  # --help needs no PyTorch; the rest says what is missing
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__.strip())
+        sys.exit(0)
+    sys.exit(f"kernel_times.py: needs PyTorch (with CUDA, on the GPU machine): {_e}")
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 

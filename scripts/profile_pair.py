@@ -21,7 +21,13 @@ only; PyTorch's side with enable_gqa), e.g. the 10b/cuDNN pair of the bars' swee
 import argparse
 import sys
 
-import torch
+try:
+    import torch
+except ImportError as _e:  # --help needs no PyTorch; the rest says what is missing
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__.strip())
+        sys.exit(0)
+    sys.exit(f"profile_pair.py: needs PyTorch (with CUDA, on the GPU machine): {_e}")
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 

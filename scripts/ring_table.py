@@ -70,6 +70,11 @@ def problem(r: dict) -> str | None:
         return f"a ring record needs {', '.join(missing)}"
     if r["pass"] not in PASSES or r["layout"] not in ("contiguous", "zigzag") or not isinstance(r["causal"], bool):
         return f"pass {r['pass']!r}, layout {r['layout']!r}, causal {r['causal']!r}: not a ring point"
+    for f in ("Nq", "B", "H", "H_kv", "d"):
+        if not isinstance(r[f], int) or isinstance(r[f], bool) or r[f] < 1:
+            return f"{f} = {r[f]!r} is not a positive whole number"
+    if not isinstance(r["dtype"], str):
+        return f"dtype = {r['dtype']!r} is not a storage type's name"
     g = r["gpus"]
     if not isinstance(g, int) or isinstance(g, bool) or g < 1:
         return f"gpus = {g!r} is not a positive whole number"

@@ -34,7 +34,20 @@ def reason_of(output: str) -> str:
 
 
 def main() -> int:
-    root = ET.parse(sys.argv[1]).getroot()
+    if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
+    if len(sys.argv) != 2:
+        print("skip_summary.py: give one argument, ctest's JUnit report (--help says more)", file=sys.stderr)
+        return 2
+    try:
+        root = ET.parse(sys.argv[1]).getroot()
+    except OSError as e:
+        print(f"skip_summary.py: cannot read {sys.argv[1]}: {e.strerror}", file=sys.stderr)
+        return 2
+    except ET.ParseError as e:
+        print(f"skip_summary.py: {sys.argv[1]} is not a JUnit XML report: {e}", file=sys.stderr)
+        return 2
     groups: "OrderedDict[str, list[str]]" = OrderedDict()
     for case in root.iter("testcase"):
         if case.get("status") != "notrun":
