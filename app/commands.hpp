@@ -35,6 +35,11 @@ struct ProblemOptions {
   Problem problem() const;  // throws fl::Error naming a bad field
 };
 
+/// Every integer option of app and of its subcommands reads decimal: CLI11 2.1 converts integers with
+/// strtoll(s, 0), which takes a leading 0 for octal (`-N 010` ran N = 8, `-N 08` could not be converted).
+/// Called once, after every option is added; an option added later would read 010 as 8 again.
+void decimal_integers(CLI::App& app);
+
 /// Whether a GPU step that cannot run here (no GPU, or a build without CUDA) is a failure: with
 /// --require-gpu, or FLASHLADDER_REQUIRE_GPU set to anything but "" or "0" (the device script sets
 /// it; the test suite's GPU gate reads the same variable). Otherwise such a step is "not run: no

@@ -131,6 +131,7 @@ int main(int argc, char** argv) {
     }
     return rc;
   };
+  decimal_integers(app);  // after every option above: -N 010 is 10, not octal 8
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

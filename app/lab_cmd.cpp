@@ -303,7 +303,13 @@ int lab_check(const std::string& dir_s) {
     std::cout << "lab check: FAIL: your source does not compile or link (the compiler's messages are above)\n";
     return 1;
   }
-  const std::string run = sh_quote((build / "lab_suite").string()) + " " + step;
+  // A build that made no suite (a CMakeLists.txt edited beyond the exercise) would end in the shell's
+  // "not found", exit 127: outside this command's exits.
+  const fs::path suite = build / "lab_suite";
+  if (!fs::is_regular_file(suite))
+    throw Error("the build of " + dir.string() + " made no lab_suite executable (" + suite.string() +
+                " is missing); its CMakeLists.txt must build the lab_suite target that 'flashladder lab new' wrote");
+  const std::string run = sh_quote(suite.string()) + " " + step;
   const int rc = std::system(run.c_str());
   if (rc == -1) throw Error("could not run " + run);
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 1;

@@ -23,6 +23,29 @@ namespace fl::cli {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+bool all_digits(const std::string& s, size_t from) {
+  return from < s.size() && s.find_first_not_of("0123456789", from) == std::string::npos;
+}
+
+// The offsets and lengths of variable length are int32 (FlashAttention's cu_seqlens); CLI11 says only
+// "Could not convert" for a value beyond that.
+CLI::Validator fits_int32(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& s) -> std::string {
+        const size_t sign = !s.empty() && (s[0] == '-' || s[0] == '+');
+        if (!all_digits(s, sign)) return "";  // not a number: CLI11's own conversion error names it
+        int64_t v = 0;
+        const auto [end, ec] = std::from_chars(s.data() + (s[0] == '+'), s.data() + s.size(), v, 10);
+        if (ec == std::errc() && end == s.data() + s.size() && v >= INT32_MIN && v <= INT32_MAX) return "";
+        return s + " is not allowed: the " + what + " must fit in int32 (<= 2^31 - 1 = 2147483647)";
+      },
+      "");
+}
+
+}  // namespace
+
 void ProblemOptions::add_to(CLI::App& app) {
   batch_opt = app.add_option("-B,--batch", B, "Batch size B (with --cu-seqlens-q: the number of sequences)")->capture_default_str();
   app.add_option("-H,--heads", H, "Query heads H")->capture_default_str();
@@ -52,12 +75,15 @@ void ProblemOptions::add_to(CLI::App& app) {
   app.add_option("--cu-seqlens-q", cu_seqlens_q,
                  "Variable length: B+1 cumulative query offsets a,b,c,... (from 0; Q, O packed as [total_q][H][d]); "
                  "needs --cu-seqlens-k. -B then defaults to the number of sequences, --nq/--nk to the longest")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(fits_int32("offsets"));
   app.add_option("--cu-seqlens-k", cu_seqlens_k, "Variable length: B+1 cumulative key offsets (K, V packed as [total_k][H_kv][d])")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(fits_int32("offsets"));
   app.add_option("--seqused-k", seqused_k,
                  "Keys each sequence uses, B values (a KV cache filled to different lengths); with or without varlen")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(fits_int32("key counts"));
   app.add_option("--dtype", dtype, "Storage type of GPU steps: fp16, bf16 or fp32 (CPU steps use fp32)")
       ->capture_default_str();
   // CLI11 converts "-1" to 2^64 - 1 for an unsigned option; a seed is refused unless it is written
@@ -78,6 +104,26 @@ void ProblemOptions::add_to(CLI::App& app) {
             return "";
           },
           "UINT64"));
+}
+
+void decimal_integers(CLI::App& app) {
+  for (CLI::Option* o : app.get_options()) {
+    const std::string type = o->get_type_name();  // "INT", "UINT", then ":validator" descriptions
+    const std::string base = type.substr(0, type.find(':'));
+    if (o->get_type_size() == 0 || (base != "INT" && base != "UINT")) continue;  // a flag, or not an integer
+    // Before every other validator (a range converts the text too): leading zeros of a decimal number
+    // are dropped, so 010 is 10. 0x.. and 0b.. are left to CLI11: a prefix says its base.
+    o->transform(CLI::Validator(
+        [](std::string& s) -> std::string {
+          const size_t sign = !s.empty() && (s[0] == '-' || s[0] == '+');
+          size_t i = sign;
+          while (i + 1 < s.size() && s[i] == '0') ++i;
+          if (i > sign && all_digits(s, sign)) s.erase(sign, i - sign);
+          return "";
+        },
+        ""));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) decimal_integers(*sub);
 }
 
 Problem ProblemOptions::problem() const {

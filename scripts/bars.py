@@ -375,12 +375,11 @@ def main():
         parts.append(decode_repeat_table(decode_runs))
     text = "\n".join(parts)
     if a.out:
-        with open(a.out, "w", encoding="utf-8") as f:
-            f.write(text)
+        flr.write_text(a.out, text)
     else:
         sys.stdout.write(text)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(flr.run_main("bars.py", main))

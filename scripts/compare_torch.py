@@ -27,13 +27,11 @@ import subprocess
 import sys
 import time
 
-try:
-    import torch
-except ImportError as _e:  # --help needs no PyTorch; the rest says what is missing
-    if {"-h", "--help"} & set(sys.argv[1:]):
-        print(__doc__.strip())
-        sys.exit(0)
-    sys.exit(f"compare_torch.py: needs PyTorch (with CUDA, on the GPU machine): {_e}")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fl_results as flr  # noqa: E402  (need_torch: --help without PyTorch)
+
+flr.need_torch("compare_torch.py", __doc__)
+import torch  # noqa: E402
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 

@@ -25,17 +25,13 @@ import subprocess
 import sys
 import warnings
 
-try:
-    import torch
-except ImportError as _e:  # --help needs no PyTorch; the rest says what is missing
-    if {"-h", "--help"} & set(sys.argv[1:]):
-        print(__doc__.strip())
-        sys.exit(0)
-    sys.exit(f"compare_variants.py: needs PyTorch (with CUDA, on the GPU machine): {_e}")
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fl_results as flr  # noqa: E402  (need_torch: --help without PyTorch; record_flops: the program's FLOP count)
+
+flr.need_torch("compare_variants.py", __doc__)
+import torch  # noqa: E402
+
 import compare_torch as ct  # noqa: E402  (load, Ours, time_launches, DTYPES, record_commit)
-import fl_results as flr  # noqa: E402  (record_flops: the program's FLOP count)
 import variants_torch as vt  # noqa: E402
 
 

@@ -4,7 +4,7 @@
     scripts/diff_table.py           write docs/diff_lines.md, and the diff-count block of every step README
     scripts/diff_table.py --check   exit 1 (and show the difference) when either is stale, or when a pair
                                     over the limit has no reason on its step's page
-    scripts/diff_table.py --print   print the table, change nothing
+    scripts/diff_table.py --print   print the table, change nothing (--check and --print exclude each other)
 
 A pair is (the step's base, the step), the base as steps/ladder.cpp names it (`flashladder diff N` shows the
 same diff). Its count is the + and − lines of `diff -u`, comments included: what a reader holding both
@@ -79,8 +79,7 @@ def readme(root: str, s) -> str:
 def read(path: str) -> str:
     if not os.path.exists(path):
         return ""
-    with open(path, encoding="utf-8") as f:
-        return f.read()
+    return flr.read_text(path)
 
 
 def reason(root: str, s) -> str | None:
@@ -143,8 +142,10 @@ def problems(root: str) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    ap.add_argument("--check", action="store_true")
-    ap.add_argument("--print", action="store_true")
+    # One or the other: with both, --print used to win and the check never ran (exit 0 on a stale table).
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="exit 1 when the table or a README block is stale")
+    mode.add_argument("--print", action="store_true", help="print the table and change nothing")
     args = ap.parse_args()
     root = args.root
     want = table(root)
@@ -169,16 +170,14 @@ def main() -> int:
             print(b)
             rc = 1
         return rc
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(want)
+    flr.write_text(path, want)
     for p, (old, new) in readmes.items():
         if old != new:
-            with open(p, "w", encoding="utf-8") as f:
-                f.write(new)
+            flr.write_text(p, new)
     for b in problems(root):
         print("warning:", b)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(flr.run_main("diff_table", main))

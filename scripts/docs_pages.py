@@ -374,8 +374,7 @@ def step_page(i: int, steps, records, links: Links, root: str) -> str:
     out.append("## The step, from its README")
     out.append("")
     if os.path.exists(readme):
-        with open(readme, encoding="utf-8") as f:
-            out.append(to_doxygen(f.read(), links, f"steps/{s.folder}", demote=1, drop_title=True))
+        out.append(to_doxygen(flr.read_text(readme), links, f"steps/{s.folder}", demote=1, drop_title=True))
     else:
         out += [f"`steps/{s.folder}/README.md` is not written yet.", ""]
     out.append(measured_section(s, prev, steps, records, root))
@@ -519,14 +518,11 @@ def glossary_locations(root: str, idents: list[str]) -> str:
 
 def theory_page(name: str, links: Links, root: str, records) -> str:
     path = os.path.join(root, "docs", name + ".md")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    text = to_doxygen(text, links, "docs", label=f"theory_{name}")
+    text = to_doxygen(flr.read_text(path), links, "docs", label=f"theory_{name}")
     if "<!-- fl:measured-ceilings -->" in text:
         text = text.replace("<!-- fl:measured-ceilings -->", ceilings_block(records))
     if "<!-- fl:glossary-locations -->" in text:
-        with open(path, encoding="utf-8") as f:
-            src = f.read()
+        src = flr.read_text(path)
         idents = []
         for m in re.finditer(r"^\|.*$", src, re.M):  # the code column of the glossary's table rows
             cells = [c.strip() for c in m.group(0).strip("|").split("|")]
@@ -559,7 +555,7 @@ def theory_index(root: str) -> str:
 
 def main_page(root: str, links: Links) -> str:
     readme = os.path.join(root, "README.md")
-    text = open(readme, encoding="utf-8").read() if os.path.exists(readme) else "# flashladder\n"
+    text = flr.read_text(readme) if os.path.exists(readme) else "# flashladder\n"
     body = to_doxygen(text, links, "", drop_title=True)
     title = "flashladder"
     m = re.search(r"^#\s+(.*)$", text, re.M)
@@ -577,10 +573,15 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     root = os.path.abspath(a.root)
+    if os.path.exists(a.out) and not os.path.isdir(a.out):
+        raise flr.Refused(f"--out {a.out} is not a folder (the pages are written into it)")
     steps = flr.parse_ladder(root)
     records = flr.load_records(root)
     links = Links(root, steps)
-    os.makedirs(a.out, exist_ok=True)
+    try:
+        os.makedirs(a.out, exist_ok=True)
+    except OSError as e:
+        raise flr.Refused(f"cannot create the folder {a.out}: {e.strerror}") from None
     pages = {"mainpage.md": main_page(root, links), "ladder.md": ladder_page(steps, root),
              "theory.md": theory_index(root)}
     for i, s in enumerate(steps):
@@ -592,12 +593,11 @@ def main() -> int:
             os.remove(os.path.join(a.out, old))
     for name, text in pages.items():
         path = os.path.join(a.out, name)
-        if not os.path.exists(path) or open(path, encoding="utf-8").read() != text:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
+        if not os.path.exists(path) or flr.read_text(path) != text:
+            flr.write_text(path, text)
     print(f"docs_pages: {len(pages)} pages in {a.out} ({len(steps)} steps, {len(records)} records)")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(flr.run_main("docs_pages", main))

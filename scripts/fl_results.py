@@ -6,6 +6,9 @@ only, so it runs on any Python 3.9+):
   parse_ladder(root)   the steps, in ladder order, read from steps/ladder.cpp (THE list of steps)
   load_records(root)   every record of docs/results/*.jsonl, in file order (one JSON object per line)
   headline_view(...)   for the headline problem: the device to report and, per impl, the record to show
+  need_torch(name, doc) the torch scripts' --help without PyTorch, and a one-line refusal for the rest
+  run_main(name, main) how every script runs: an unreadable or unwritable file, text that is not UTF-8 and
+                       output that never reached stdout end it with one line and exit 2, not a traceback
 
 The records' fields are those of app/record.hpp: impl, pass, dtype, B, H, H_kv, Nq, Nk, d, causal,
 median_ms, min_ms, p90_ms, tflops, tol_used, device, sm_count, cuda, driver, commit, date (and, from
@@ -15,8 +18,10 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 
 # The headline problem of ../shared/design/ladder.md: fp16, B = 4, H = 16, N = 4096, d = 128, non-causal.
@@ -72,12 +77,10 @@ def parse_ladder(root: str) -> list[Step]:
     and the constant lists (kGpuTypes = {DType::f16, DType::bf16} in ladder.cpp; using CudaCoreD =
     HeadDims<64, 128> in steps/ladder.hpp) are read too."""
     path = os.path.join(root, "steps", "ladder.cpp")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    text = read_text(path)  # a wrong --root: "cannot read <root>/steps/ladder.cpp: ..." (run_main)
     consts = {}
-    with open(os.path.join(root, "steps", "ladder.hpp"), encoding="utf-8") as f:
-        for m in re.finditer(r"using\s+(\w+)\s*=\s*HeadDims<([^>]*)>", f.read()):
-            consts[m.group(1)] = [int(x) for x in m.group(2).split(",") if x.strip()]
+    for m in re.finditer(r"using\s+(\w+)\s*=\s*HeadDims<([^>]*)>", read_text(os.path.join(root, "steps", "ladder.hpp"))):
+        consts[m.group(1)] = [int(x) for x in m.group(2).split(",") if x.strip()]
     for m in re.finditer(r"const\s+std::vector<\s*(DType|int64_t|int)\s*>\s+(\w+)\s*=\s*\{([^}]*)\}", text):
         kind, name, body = m.groups()
         items = [x.strip() for x in body.split(",") if x.strip()]
@@ -108,6 +111,103 @@ def shown(path: str, root: str) -> str:
     else its base name (so that a page does not carry this machine's absolute paths)."""
     rel = os.path.relpath(os.path.abspath(path), root)
     return os.path.basename(path) if rel.startswith("..") else rel
+
+
+class Refused(RuntimeError):
+    """Input a script refuses, or a file it cannot read or write; the message names the place. run_main
+    prints it as one line and exits 2 (a RuntimeError: the scripts that catch those print it as well)."""
+
+
+def _raise(msg: str):
+    raise Refused(msg)
+
+
+def read_text(path: str) -> str:
+    """The text of a UTF-8 file; Refused, naming the path, when it cannot be read or is not UTF-8."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise Refused(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise Refused(f"{path}: not UTF-8 text: {e}") from None
+
+
+def write_text(path: str, text: str) -> None:
+    """Writes text to path; Refused, naming the path, when that fails (a full disk shows at the write or
+    the close, where open() has no name to put in the error)."""
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise Refused(f"cannot write {path}: {e.strerror}") from None
+
+
+class _StdoutError(Exception):
+    pass
+
+
+class _Stdout:
+    """sys.stdout under run_main: a failed write or flush says it was stdout's (an OSError has no name)."""
+    def __init__(self, f):
+        self._f = f
+
+    def _call(self, fn, *args):
+        try:
+            return fn(*args)
+        except OSError as e:
+            raise _StdoutError(e.strerror or str(e)) from None
+
+    def write(self, s):
+        return self._call(self._f.write, s)
+
+    def writelines(self, lines):
+        return self._call(self._f.writelines, lines)
+
+    def flush(self):
+        return self._call(self._f.flush)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+def run_main(name: str, main) -> int:
+    """main()'s exit status, with stdout flushed here rather than at the interpreter's exit (where a full
+    disk or a closed pipe is a traceback after the fact). Refused, an OSError, text that is not UTF-8 or
+    output that never reached stdout ends the script with one line on stderr, `<name>: <what failed>:
+    <reason>` (cannot read|write <path>, or stdout), and exit 2."""
+    out = sys.stdout = _Stdout(sys.stdout)
+    try:
+        rc = main()
+        sys.stdout.flush()
+        return rc
+    except Refused as e:
+        msg = str(e)
+    except _StdoutError as e:
+        msg = f"cannot write stdout: {e}"
+        # Point fd 1 at /dev/null: the interpreter flushes stdout again at exit, and would fail there too.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+        except (OSError, ValueError):
+            pass
+    except UnicodeDecodeError as e:
+        msg = f"input is not UTF-8 text: {e}"
+    except OSError as e:
+        msg = f"cannot use {e.filename}: {e.strerror}" if e.filename is not None else f"{e.strerror or e}"
+    print(f"{name}: {msg}", file=sys.stderr)
+    return 2
+
+
+def need_torch(name: str, doc: str) -> None:
+    """For the scripts that time PyTorch: without it, --help still prints the script's docstring (exit
+    0), and anything else exits 1 naming what is missing, instead of an import traceback."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        if {"-h", "--help"} & set(sys.argv[1:]):
+            print((doc or "").strip())
+            sys.exit(0)
+        sys.exit(f"{name}: needs PyTorch (with CUDA, on the GPU machine): {e}")
 
 
 def read_jsonl(path: str, refuse):
@@ -145,23 +245,26 @@ def read_jsonl(path: str, refuse):
 
 def load_records(root: str) -> list[dict]:
     """Every record of docs/results/*.jsonl, files in name order, lines in file order. A line that is
-    not a JSON object is an error that names the file and line (tables are never made from guesses)."""
+    not a JSON object, or a record whose time or rate no table could show, is an error that names the
+    file and line (Refused; tables are never made from guesses)."""
     out = []
     for path in sorted(glob.glob(os.path.join(root, "docs", "results", "*.jsonl"))):
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise RuntimeError(f"{path}:{n}: not a JSON record: {e}") from None
-                if not isinstance(rec, dict) or "impl" not in rec:
-                    raise RuntimeError(f"{path}:{n}: a record must be a JSON object with an 'impl' field")
-                rec["_file"] = os.path.relpath(path, root)
-                rec["_line"] = n
-                out.append(rec)
+        for where, rec in read_jsonl(path, _raise):
+            if "impl" not in rec:
+                raise Refused(f"{where}: a record must be a JSON object with an 'impl' field")
+            for f in ("tflops", "median_ms"):
+                v = rec.get(f)
+                # null or absent: a record with no rate (a copy's, a read's; pass copy or read). A negative,
+                # zero, infinite or string one is no measurement: it would reach a table as a number (or
+                # crash it). NaN is a broken run's honest value (scripts/bars.py: it meets no bar), kept.
+                if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or
+                                      not (math.isnan(v) or (math.isfinite(v) and v > 0))):
+                    raise Refused(f"{where}: {f} = {v!r} is not a positive number (nor NaN, a broken run's)")
+                if v is None and rec.get("pass") in ("fwd", "bwd"):
+                    raise Refused(f"{where}: {f} is null or missing: a record of a {rec['pass']} pass needs a number")
+            rec["_file"] = os.path.relpath(path, root)
+            rec["_line"] = int(where.rsplit(":", 1)[1])
+            out.append(rec)
     return out
 
 

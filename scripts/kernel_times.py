@@ -26,17 +26,14 @@ import math
 import sys
 from collections import defaultdict
 
-try:
-    import torch
-except ImportError as _e:  # --help needs no PyTorch; the rest says what is missing
-    if {"-h", "--help"} & set(sys.argv[1:]):
-        print(__doc__.strip())
-        sys.exit(0)
-    sys.exit(f"kernel_times.py: needs PyTorch (with CUDA, on the GPU machine): {_e}")
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import fl_results as flr  # noqa: E402  (need_torch: --help without PyTorch)
+
+flr.need_torch("kernel_times.py", __doc__)
+import torch  # noqa: E402
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from compare_torch import DTYPES, LEAD_IN, Ours, add_problem_args, flops, load, problem_inputs, run_env  # noqa: E402
 
 

@@ -21,17 +21,14 @@ only; PyTorch's side with enable_gqa), e.g. the 10b/cuDNN pair of the bars' swee
 import argparse
 import sys
 
-try:
-    import torch
-except ImportError as _e:  # --help needs no PyTorch; the rest says what is missing
-    if {"-h", "--help"} & set(sys.argv[1:]):
-        print(__doc__.strip())
-        sys.exit(0)
-    sys.exit(f"profile_pair.py: needs PyTorch (with CUDA, on the GPU machine): {_e}")
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import fl_results as flr  # noqa: E402  (need_torch: --help without PyTorch)
+
+flr.need_torch("profile_pair.py", __doc__)
+import torch  # noqa: E402
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from compare_torch import DTYPES, Ours, add_problem_args, load, problem_inputs  # noqa: E402
 
 

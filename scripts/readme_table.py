@@ -188,8 +188,7 @@ def step_readmes(root: str) -> dict:
         path = os.path.join(root, "steps", s.folder, "README.md")
         if not os.path.exists(path):
             continue
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = flr.read_text(path)
         b, e = text.find(STEP_BEGIN), text.find(STEP_END)
         if b < 0 or e < b:
             continue
@@ -218,12 +217,10 @@ def main() -> int:
         if a.check:
             print("readme_table: README.md does not exist; run scripts/readme_table.py to create it", file=sys.stderr)
             return 1
-        with open(readme, "w", encoding="utf-8") as f:
-            f.write(new + "\n")
+        flr.write_text(readme, new + "\n")
         print("readme_table: created README.md holding only the table block")
         return 0
-    with open(readme, encoding="utf-8") as f:
-        text = f.read()
+    text = flr.read_text(readme)
     b, e = text.find(BEGIN), text.find(END)
     if b < 0 or e < 0 or e < b:
         print(f"readme_table: README.md lacks the markers {BEGIN} … {END} (in that order)", file=sys.stderr)
@@ -249,12 +246,10 @@ def main() -> int:
         return 0
     for path, (o, n) in steps_md.items():
         if o != n:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(n)
+            flr.write_text(path, n)
             print(f"readme_table: {os.path.relpath(path, a.root)} measured block rewritten")
     if old != new:
-        with open(readme, "w", encoding="utf-8") as f:
-            f.write(text[:b] + new + text[e + len(END):])
+        flr.write_text(readme, text[:b] + new + text[e + len(END):])
         print("readme_table: README.md's table rewritten")
     else:
         print("readme_table: README.md's table already agrees with docs/results")
@@ -262,4 +257,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(flr.run_main("readme_table", main))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import os
 import statistics
@@ -30,24 +29,23 @@ import fl_results as flr  # noqa: E402
 KEY = ("pass", "dtype", "B", "H", "H_kv", "Nq", "Nk", "d", "causal")
 
 
+def refuse(msg: str):
+    print(f"records_ratio.py: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
 def load(path: str) -> list[dict]:
     out = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                sys.exit(f"records_ratio.py: {path}:{n}: not a JSON record: {e}")
-            if not isinstance(rec, dict) or "impl" not in rec or "tflops" not in rec:
-                sys.exit(f"records_ratio.py: {path}:{n}: a record needs 'impl' and 'tflops'")
-            tf = rec["tflops"]
-            # A NaN would pass through every ratio and min/max unnoticed: refused, with its line.
-            if not isinstance(tf, (int, float)) or not math.isfinite(tf) or tf <= 0:
-                sys.exit(f"records_ratio.py: {path}:{n}: tflops = {tf!r} is not a finite positive number")
-            if not flr.is_variant(rec) and rec.get("pass") in ("fwd", "bwd"):
-                out.append(rec)
+    # read_jsonl: an unreadable file, a line that is not UTF-8 or not a JSON object is refused with its place.
+    for where, rec in flr.read_jsonl(path, refuse):
+        if "impl" not in rec or "tflops" not in rec:
+            refuse(f"{where}: a record needs 'impl' and 'tflops'")
+        tf = rec["tflops"]
+        # A NaN would pass through every ratio and min/max unnoticed: refused, with its line.
+        if not isinstance(tf, (int, float)) or not math.isfinite(tf) or tf <= 0:
+            refuse(f"{where}: tflops = {tf!r} is not a finite positive number")
+        if not flr.is_variant(rec) and rec.get("pass") in ("fwd", "bwd"):
+            out.append(rec)
     return out
 
 
@@ -142,7 +140,7 @@ def main() -> int:
     args = ap.parse_args()
     for f in getattr(args, "files", []) + [getattr(args, "before", None), getattr(args, "after", None)]:
         if f is not None and not os.path.isfile(f):
-            sys.exit(f"records_ratio.py: no such file: {f}")
+            refuse(f"no such file: {f}")
     lines = pair(args) if args.cmd == "pair" else runs_cmp(args)
     text = "\n".join(lines) + "\n"
     if args.out:
@@ -150,11 +148,11 @@ def main() -> int:
             with open(args.out, "w", encoding="utf-8") as f:
                 f.write(text)
         except OSError as e:
-            sys.exit(f"records_ratio.py: cannot write {args.out}: {e}")
+            refuse(f"cannot write {args.out}: {e.strerror}")
     else:
         sys.stdout.write(text)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(flr.run_main("records_ratio.py", main))

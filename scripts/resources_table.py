@@ -385,8 +385,7 @@ def main() -> int:
             print(f"{s.folder}:\n{want}\n")
             continue
         path = os.path.join(args.root, "steps", s.folder, "README.md")
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = flr.read_text(path)
         if BEGIN not in text:
             print(f"resources_table: {os.path.relpath(path, args.root)} has no {BEGIN} block")
             rc = 1
@@ -406,8 +405,7 @@ def main() -> int:
                 print(f"resources_table: {os.path.relpath(path, args.root)} is stale: run scripts/resources_table.py")
                 rc = 1
         elif new != text:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(new)
+            flr.write_text(path, new)
             print(f"resources_table: {os.path.relpath(path, args.root)} rewritten")
     if args.check and rc == 0:
         print(f"resources_table: the resources blocks of {len(chosen)} step pages agree with the build "
@@ -416,4 +414,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(flr.run_main("resources_table", main))

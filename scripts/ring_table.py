@@ -349,11 +349,10 @@ def main() -> int:
         print(f"ring_table.py: {a.readme} agrees with the {len(recs)} ring records")
         return 0
     if new != page:
-        with open(a.readme, "w", encoding="utf-8") as f:
-            f.write(new)
+        flr.write_text(a.readme, new)
         print(f"ring_table.py: {a.readme} rewritten")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(flr.run_main("ring_table.py", main))

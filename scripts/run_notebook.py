@@ -12,7 +12,7 @@
 The notebooks find the repository through FLASHLADDER_ROOT and write their figures to FLASHLADDER_IMG_DIR
 (results.ipynb: docs/img/ by default; the test points it into the build folder so a test run never
 changes tracked files; tools/docs-refresh points it at docs/img/).
-Exit status: 0 pass, 1 fail, 77 skipped (a package missing; FLASHLADDER_REQUIRE_DOCS=1 turns that into 1).
+Exit status: 0 pass, 1 fail, 2 no notebook to run (missing or not JSON), 77 skipped (a package missing; FLASHLADDER_REQUIRE_DOCS=1 turns that into 1).
 """
 import argparse
 import json
@@ -44,8 +44,21 @@ def main() -> int:
     ap.add_argument("--timeout", type=int, default=600, help="seconds per cell")
     a = ap.parse_args()
 
-    with open(a.notebook, encoding="utf-8") as f:
-        nb = json.load(f)
+    # A missing, unreadable or garbled notebook: one line naming it (exit 2), not a traceback.
+    try:
+        with open(a.notebook, encoding="utf-8") as f:
+            nb = json.load(f)
+    except OSError as e:
+        print(f"run_notebook.py: cannot read {a.notebook}: {e.strerror}", file=sys.stderr)
+        return 2
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        print(f"run_notebook.py: {a.notebook} is not a notebook (JSON text): {e}", file=sys.stderr)
+        return 2
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells", []), list) or \
+            not all(isinstance(c, dict) for c in nb.get("cells", [])):
+        print(f"run_notebook.py: {a.notebook} is not a notebook (a JSON object whose cells are objects)",
+              file=sys.stderr)
+        return 2
     bad = stripped_problems(nb)
     if bad:
         print(f"FAIL: {a.notebook} is committed with outputs ({'; '.join(bad[:5])}). Strip them with:\n"

@@ -26,9 +26,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fl_results as flr  # noqa: E402  (run_main, write_text: a lost file or output is one line, exit 2)
 
 BEGIN = re.compile(r"^### sanitize tool=(\S+) d=(\d+) steps=(\S+)(?: shape=(.*))?$")
 END = re.compile(r"^### end tool=(\S+) d=(\d+) rc=(-?\d+) seconds=(\d+)")
@@ -296,16 +300,18 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--json", help="write every (tool, step, d) and every run here, as JSON")
     ap.add_argument("--title", default="compute-sanitizer over the GPU steps")
     a = ap.parse_args(argv)
-    with open(a.log, encoding="utf-8", errors="replace") as f:
-        runs = parse(f.readlines())
+    try:
+        with open(a.log, encoding="utf-8", errors="replace") as f:
+            runs = parse(f.readlines())
+    except OSError as e:
+        raise flr.Refused(f"cannot read {a.log}: {e.strerror}") from None
     if not runs:
         print(f"{a.log}: no '### sanitize' runs in it", file=sys.stderr)
         return 2
     cs = cells(runs)
     md = markdown(runs, cs, a.title)
     if a.md:
-        with open(a.md, "w", encoding="utf-8") as f:
-            f.write(md)
+        flr.write_text(a.md, md)
     if a.json:
         doc = {
             "title": a.title,
@@ -314,12 +320,10 @@ def main(argv: list[str]) -> int:
                       "skipped": r.skipped, "errors": r.counts()[0], "warnings": r.counts()[1],
                       "summary_errors": r.summary_errors, "verdicts": r.verdicts} for r in runs],
         }
-        with open(a.json, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
+        flr.write_text(a.json, json.dumps(doc, indent=1) + "\n")
     print(md, end="")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(flr.run_main("sanitize_table.py", lambda: main(sys.argv[1:])))

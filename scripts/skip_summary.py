@@ -8,10 +8,14 @@ printed: 1392 lines without a GPU. This groups the skipped tests by the reason t
 prints one line per reason, with a count and an example, so the reasons are visible and the list is
 short. A skipped test that printed no reason is its own group, so nothing is hidden.
 """
+import os
 import re
 import sys
 import xml.etree.ElementTree as ET
 from collections import OrderedDict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fl_results as flr  # noqa: E402  (run_main: output that never reached stdout is one line, exit 2)
 
 # Lines that carry a reason: gtest's GTEST_SKIP message (the line after "file:line: Skipped"), and
 # the project's own "... skipped ...: why" lines (tests/gpu_gate.hpp, tests/expect_gpu_failure.cmake,
@@ -66,4 +70,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(flr.run_main("skip_summary.py", main))

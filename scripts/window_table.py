@@ -373,4 +373,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(flr.run_main("window_table.py", main))

@@ -32,6 +32,15 @@ fl_cli_exit(generate_heads_kv_zero 2 "--heads-kv 0 is not allowed" oracle genera
 fl_cli_exit(seed_negative 2 "seed '-1' is not allowed: it must be an integer from 0 to 2\\^64 - 1" check --steps 01 -N 16 --seed -1)
 fl_cli_exit(generate_seed_float 2 "seed '1.5' is not allowed" oracle generate --out ${G}/unused -N 16 --seed 1.5)
 
+# --- The command line reads decimal: CLI11 took a leading 0 for octal (-N 010 ran N = 8; 08 was refused)
+fl_cli_exit(decimal_not_octal 0 "problem: B=1 H=2 H_kv=1 Nq=10 Nk=8 d=16 "
+            --steps 01 -B 01 -H 02 --heads-kv 01 --nq 010 --nk 08 -d 016 --reps 1 --warmup 0)
+fl_cli_exit(varlen_decimal 0 "Nq=10 Nk=12 d=16 .*varlen" check --steps 01 -H 1 -d 16 --cu-seqlens-q 0,010 --cu-seqlens-k 0,012)
+fl_cli_exit(steps_head_dim_decimal 0 "08k_persistent" steps --head-dim 0128)
+# Variable length's offsets are int32: the message says so (it was "Could not convert").
+fl_cli_exit(cu_seqlens_int32 2 "--cu-seqlens-k: 3000000000 is not allowed: the offsets must fit in int32 \\(<= 2\\^31 - 1"
+            check --steps 01 -H 1 -d 16 --cu-seqlens-q 0,10 --cu-seqlens-k 0,10,3000000000)
+
 # --- Row 3: records that cannot be written end the run with the file named ------------------------
 if(EXISTS /dev/full)
   fl_cli_exit(json_disk_full 2 "writing a record to '/dev/full' failed: No space left on device"

@@ -62,6 +62,15 @@ class RecordsRatio(RecordsScriptCase):
             self.assertIn("nan.jsonl:2", out.stderr)
             self.assertIn("not a finite positive number", out.stderr)
 
+    def test_a_file_that_is_not_utf8_is_refused_with_its_line(self):
+        p = os.path.join(self.dir, "latin1.jsonl")
+        with open(p, "wb") as f:
+            f.write(b'{"impl": "A", "tflops": 1.0, "device": "caf\xe9"}\n')
+        out = self.run_script("runs", p, p)
+        self.assertEqual(out.returncode, 2)
+        self.assertNotIn("Traceback", out.stderr)
+        self.assertIn("latin1.jsonl:1: not UTF-8 text", out.stderr)
+
     def test_unwritable_output_is_an_error(self):
         p = self.write("r.jsonl", [rec("A", 1024, 100), rec("B", 1024, 90)])
         out = self.run_script("pair", "--a", "A", "--b", "B", p, "--out", os.path.join(self.dir, "no", "dir", "x.md"))

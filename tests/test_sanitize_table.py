@@ -137,6 +137,20 @@ class SanitizeTable(unittest.TestCase):
         finally:
             os.unlink(f.name)
 
+    def test_a_missing_log_or_lost_table_is_one_line(self):
+        # A missing log, a table on a full disk or under a file: exit 2 naming the path, no traceback.
+        script = os.path.join(HERE, "..", "scripts", "sanitize_table.py")
+        for args, want in ((["/nonexistent"], "cannot read /nonexistent: No such file or directory"),
+                           ([SAMPLE, "--md", "/dev/full"], "cannot write /dev/full: No space left on device"),
+                           ([SAMPLE, "--json", "/dev/full"], "cannot write /dev/full: No space left on device"),
+                           ([SAMPLE, "--md", SAMPLE + "/x"], f"cannot write {SAMPLE}/x: Not a directory")):
+            if "/dev/full" in args and not os.path.exists("/dev/full"):
+                continue
+            with self.subTest(args=args):
+                r = subprocess.run([sys.executable, script, *args], capture_output=True, text=True)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertEqual(r.stderr.strip(), f"sanitize_table.py: {want}")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""flashladder — tests/test_script_errors.py: the docs and record scripts fail in one line, never a
+traceback (scripts/fl_results.py run_main): output that never reached stdout (/dev/full) for every table
+script, a --root that is not the repository, docs_pages' --out that is not a folder, a missing or
+garbled notebook, diff_table's --check with --print; and readme_table's records (load_records): a
+negative, zero, infinite, string or null time or rate, and a file that is not UTF-8, refused with the
+file, line and field; NaN, a broken run's honest value (scripts/bars.py), shown as nan."""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, ".."))
+SCRIPTS = os.path.join(ROOT, "scripts")
+RESULTS = os.path.join(ROOT, "docs", "results")
+
+
+def script(name, *args, stdout=subprocess.PIPE):
+    return subprocess.run([sys.executable, os.path.join(SCRIPTS, name), *args], stdout=stdout,
+                          stderr=subprocess.PIPE, text=True, timeout=300)
+
+
+def first(pattern):
+    paths = sorted(glob.glob(os.path.join(RESULTS, pattern)))
+    if not paths:
+        raise unittest.SkipTest(f"no docs/results/{pattern} to read")
+    return paths[0]
+
+
+class OneLine(unittest.TestCase):
+    def assertOneLine(self, r, *parts):
+        """Exit 2, and one line on stderr naming the script and each of parts."""
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+        self.assertNotIn("Exception ignored", r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        for p in parts:
+            self.assertIn(p, r.stderr)
+
+    def setUp(self):
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.dir = tmp.name
+
+
+@unittest.skipUnless(os.path.exists("/dev/full"), "needs /dev/full")
+class LostOutput(OneLine):
+    def test_stdout_on_a_full_disk(self):
+        log = os.path.join(self.dir, "san.log")
+        with open(log, "w") as f:
+            f.write("### sanitize tool=memcheck d=64 steps=03_cuda_naive shape=-B 1\n03_cuda_naive: pass\n"
+                    "### end tool=memcheck d=64 rc=0 seconds=1\n")
+        junit = os.path.join(self.dir, "j.xml")
+        with open(junit, "w") as f:
+            f.write('<testsuite><testcase name="a" status="notrun"><system-out>skipped: no GPU</system-out>'
+                    "</testcase></testsuite>")
+        runs = {
+            "bars.py": ["--torch", first("*-torch.jsonl")],
+            "ring_table.py": [first("*-ring.jsonl")],
+            "window_table.py": [first("*-variants.jsonl")],
+            "records_ratio.py": ["runs", first("*-torch.jsonl"), first("*-torch.jsonl")],
+            "readme_table.py": ["--print"],
+            "diff_table.py": ["--print"],
+            "sanitize_table.py": [log],
+            "skip_summary.py": [junit],
+        }
+        for name, args in runs.items():
+            with self.subTest(script=name), open("/dev/full", "w") as full:
+                self.assertOneLine(script(name, *args, stdout=full), name.replace(".py", ""),
+                                   "cannot write stdout: No space left on device")
+
+    def test_docs_pages_out_not_a_folder(self):
+        self.assertOneLine(script("docs_pages.py", "--root", ROOT, "--out", "/dev/full"),
+                           "docs_pages: --out /dev/full is not a folder")
+
+
+class BadArguments(OneLine):
+    def test_root_that_is_not_the_repository(self):
+        missing = os.path.join(self.dir, "nonexistent")
+        for name, args in (("readme_table.py", ["--print"]), ("diff_table.py", ["--print"]),
+                           ("resources_table.py", ["--print"]), ("docs_pages.py", ["--out", self.dir])):
+            with self.subTest(script=name):
+                self.assertOneLine(script(name, "--root", missing, *args),
+                                   f"cannot read {missing}/steps/ladder.cpp: No such file or directory")
+
+    def test_missing_or_garbled_notebook(self):
+        bad = os.path.join(self.dir, "bad.ipynb")
+        with open(bad, "w") as f:
+            f.write("{garbled")
+        self.assertOneLine(script("run_notebook.py", os.path.join(self.dir, "none.ipynb")),
+                           "cannot read", "none.ipynb: No such file or directory")
+        self.assertOneLine(script("run_notebook.py", bad), "bad.ipynb is not a notebook")
+
+    def test_diff_table_check_and_print_exclude_each_other(self):
+        r = script("diff_table.py", "--check", "--print")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("not allowed with argument --check", r.stderr)
+
+
+class ReadmeRecords(OneLine):
+    """readme_table --print over a made-up root: the ladder's list and one headline record."""
+    HEADLINE = {"impl": "08k_persistent", "pass": "fwd", "dtype": "fp16", "B": 4, "H": 16, "H_kv": 16, "Nq": 4096,
+                "Nk": 4096, "d": 128, "causal": False, "device": "made-up GPU", "sm_count": 132, "tol_used": 0.1,
+                "commit": "abc", "date": "2030-01-01", "median_ms": 1.5, "tflops": 90.0}
+
+    def table(self, line: bytes):
+        os.makedirs(os.path.join(self.dir, "steps"))
+        for f in ("ladder.cpp", "ladder.hpp"):
+            shutil.copy(os.path.join(ROOT, "steps", f), os.path.join(self.dir, "steps", f))
+        os.makedirs(os.path.join(self.dir, "docs", "results"))
+        with open(os.path.join(self.dir, "docs", "results", "run.jsonl"), "wb") as f:
+            f.write(line + b"\n")
+        return script("readme_table.py", "--root", self.dir, "--print")
+
+    def test_a_good_record_is_shown(self):
+        r = self.table(json.dumps(self.HEADLINE).encode())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| 1.500 | 90.0 |", r.stdout)
+
+    def test_a_bad_time_or_rate_is_refused_with_its_place(self):
+        for field in ("tflops", "median_ms"):
+            for bad in (-3.0, 0, float("inf"), "fast", None):
+                with self.subTest(field=field, value=bad):
+                    shutil.rmtree(os.path.join(self.dir, "steps"), ignore_errors=True)
+                    shutil.rmtree(os.path.join(self.dir, "docs"), ignore_errors=True)
+                    r = self.table(json.dumps(dict(self.HEADLINE, **{field: bad})).encode())
+                    self.assertOneLine(r, "readme_table", "run.jsonl:1", f"{field} = " if bad is not None
+                                       else f"{field} is null or missing")
+
+    def test_nan_is_a_broken_run_shown_as_such(self):
+        # NaN is a broken run's honest value in the records (scripts/bars.py: it meets no bar): kept.
+        r = self.table(json.dumps(dict(self.HEADLINE, tflops=float("nan"))).encode())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("| 1.500 | nan |", r.stdout)
+
+    def test_a_file_that_is_not_utf8_is_refused(self):
+        self.assertOneLine(self.table(b'{"impl": "x", "note": "\xff"}'), "run.jsonl:1: not UTF-8 text")
+
+
+if __name__ == "__main__":
+    unittest.main()
