@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "app/runner.hpp"
 #include "steps/ladder.hpp"
 
 namespace {
@@ -42,7 +43,9 @@ fl::Problem make(int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int
   fl::Problem p;
   p.B = B; p.H = H; p.H_kv = H_kv; p.Nq = Nq; p.Nk = Nk; p.d = d;
   p.causal = causal != 0;
-  if (scale > 0) p.scale = scale;
+  if (!(scale <= 0)) p.scale = scale;  // NaN is kept, and refused by the checks (as softcap's below)
+  if (dtype < 0 || dtype > 2)
+    throw fl::Error("dtype " + std::to_string(dtype) + " is not 0 (fp32), 1 (fp16) or 2 (bf16)");
   p.dtype = dtype == 0 ? fl::DType::f32 : dtype == 1 ? fl::DType::f16 : fl::DType::bf16;
   p.deterministic = g_deterministic;
   p.window_left = g_var.window_left;
@@ -77,10 +80,23 @@ std::vector<int32_t> host_copy(int n, const int32_t* x) {
   return n > 0 && x ? std::vector<int32_t>(x, x + n) : std::vector<int32_t>();
 }
 
-const fl::Step& step_or_throw(const char* name, const fl::Problem& p, bool backward) {
+// Before a launch: without a device every launch fails in the runtime's own words ("CUDA driver
+// version is insufficient ..." when no driver is installed); say it as the program does (common/cuda.cuh).
+void require_device(const fl::Step& s) {
+  static const std::string no_gpu = [] {
+    std::string why;
+    return fl::gpu_device(&why) ? std::string() : why;
+  }();
+  if (!no_gpu.empty()) throw fl::Error("step " + s.folder + " runs on the GPU: no GPU here: " + no_gpu);
+}
+
+// launch: the call runs the step (fl_forward, fl_backward), so a missing device is said before its limits,
+// which ask the device (step 03 asks for its free memory).
+const fl::Step& step_or_throw(const char* name, const fl::Problem& p, bool backward, bool launch = false) {
   const fl::Step* s = fl::find_step(name ? name : "");
   if (!s) throw fl::Error(std::string("unknown step '") + (name ? name : "") + "'");
   if (!s->gpu()) throw fl::Error("step " + s->folder + " runs on the CPU; this entry point takes device pointers");
+  if (launch) require_device(*s);
   std::string why = s->refusal(p);
   if (!why.empty()) throw fl::Error(why);
   if (backward && !s->has_backward()) throw fl::Error("step " + s->folder + " has no backward pass");
@@ -173,7 +189,7 @@ int fl_forward(const char* step, int64_t B, int64_t H, int64_t H_kv, int64_t Nq,
                void* stream) {
   return guarded([&] {
     fl::Problem p = make(B, H, H_kv, Nq, Nk, d, causal, scale, dtype);
-    const fl::Step& s = step_or_throw(step, p, false);
+    const fl::Step& s = step_or_throw(step, p, false, true);
     in_step(s, [&] { s.impl->forward(p, with_variants(fl::ForwardArgs{q, k, v, o, lse, ws, stream})); });
   });
 }
@@ -191,7 +207,7 @@ int fl_backward(const char* step, int64_t B, int64_t H, int64_t H_kv, int64_t Nq
                 const void* dO, void* dq, void* dk, void* dv, void* ws, void* stream) {
   return guarded([&] {
     fl::Problem p = make(B, H, H_kv, Nq, Nk, d, causal, scale, dtype);
-    const fl::Step& s = step_or_throw(step, p, true);
+    const fl::Step& s = step_or_throw(step, p, true, true);
     in_step(s, [&] { s.impl->backward(p, with_variants(fl::BackwardArgs{q, k, v, o, lse, dO, dq, dk, dv, ws, stream})); });
   });
 }

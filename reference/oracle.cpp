@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <sstream>
 
 namespace fl::ref {
 namespace {
@@ -594,6 +595,21 @@ void check_inputs(const Inputs& in, bool with_dO) {
   size("k", in.k, p.kv_elems());
   size("v", in.v, p.kv_elems());
   if (with_dO) size("dO", in.dO, p.q_elems());
+  // |scale·q·k| <= scale·d·max|q|·max|k|. Past double's range the logits overflow to ±inf: the softmax
+  // then gives NaN, and a row whose logits all became −inf reads as one that sees no key (o = 0,
+  // lse = +inf). Refused here, outside the parallel loops (an exception must not leave an omp region).
+  auto amax = [](const std::vector<float>& x) {
+    double m = 0;
+    for (float v : x) m = std::max(m, double(std::fabs(v)));
+    return m;
+  };
+  const double bound = p.softmax_scale() * double(p.d) * amax(in.q) * amax(in.k);
+  if (!(bound <= std::numeric_limits<double>::max())) {
+    std::ostringstream e;
+    e << "the logits overflow double: scale·d·max|q|·max|k| = " << bound << " (scale = " << p.softmax_scale()
+      << ") is more than " << std::numeric_limits<double>::max() << ", double's largest value; choose a smaller scale";
+    throw Error(e.str());
+  }
 }
 
 }  // namespace

@@ -72,9 +72,16 @@ lib.fl_set_seqused_k(2, ints(64, 65), FAKE_DEVICE)
 refused("seqused_k past the keys", "seqused_k[1] = 65 is more than the 64 keys sequence 1 holds (Nk)")
 lib.fl_set_seqused_k(2, ints(64, 60), None)
 refused("seqused_k without its device copy", "fl_set_seqused_k: its device copy (used_dev) is null")
+# The problem's own arguments (the audit's): a dtype other than 0, 1, 2 was bf16, a NaN scale the default.
+for what, args, words in (("dtype 7", (7, 0.0), "dtype 7 is not 0 (fp32), 1 (fp16) or 2 (bf16)"),
+                          ("scale nan", (1, float("nan")), "softmax scale = nan is not allowed")):
+    n = lib.fl_workspace_bytes(b"05", 2, 4, 4, 64, 64, 64, 0, args[1], args[0], 0)
+    err = lib.fl_last_error().decode()
+    if n != -1 or words not in err:
+        failures.append(f"{what}: returned {n}, error {err!r}; wanted {words!r}")
 if workspace() != base:
     failures.append(f"after fl_reset_variants the plain problem gives {workspace()} bytes, not {base}")
 if failures:
     print("capi_variants: FAILED\n  " + "\n  ".join(failures))
     sys.exit(1)
-print("capi_variants: ok (13 refusals, each naming its field)")
+print("capi_variants: ok (15 refusals, each naming its field)")

@@ -4,6 +4,7 @@ names it or says what it does) without doing its work, and the ones that take no
 stray one (exit 2, naming it) before doing anything. tools/device-run --help used to start its build
 stage; a timeout here fails the test instead of letting such a regression run a build."""
 import os
+import shutil
 import subprocess
 import sys
 import unittest
@@ -14,7 +15,7 @@ TOOLS = os.path.join(ROOT, "tools")
 # flashladder program (whose --help is checked by the CLI tests), so only their --help is checked here;
 # tools/device-bundle takes a folder (argparse refuses an unknown option).
 NO_ARGUMENTS = ["build", "carry-capi", "device-run", "docs-refresh", "install-deps"]
-NOT_HERE = {"ladder"}  # its --help is the program's, after installing and building: the CLI tests check it
+NOT_HERE = set()  # tools/ladder --help is the built program's, or its header: neither installs nor builds
 
 
 def run(*args):
@@ -42,6 +43,15 @@ class ToolsHelp(unittest.TestCase):
                 self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
                 self.assertIn("--no-such-option", r.stderr)
                 self.assertEqual(r.stdout, "")
+
+    def test_tools_test_refuses_an_option_ctest_does_not_know(self):
+        # ctest itself ignores it and runs every test; tools/test refuses it before installing or building.
+        if shutil.which("ctest") is None:
+            self.skipTest("no ctest on PATH: tools/test would go on to install it")
+        r = run(os.path.join(TOOLS, "test"), "-R", "x", "--no-such-option")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("--no-such-option", r.stderr)
+        self.assertEqual(r.stdout, "")
 
 
 if __name__ == "__main__":

@@ -362,16 +362,26 @@ def inputs(B: int = 1, H: int = 1, Nq: int = 1, d: int = 64, *, H_kv: Optional[i
     if dtype is None:
         raise ValueError("dtype must be 'fp16', 'bf16' or 'fp32'")
     st = _storage(dtype, "")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise TypeError(f"seed must be an integer >= 0, not {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
+        raise TypeError(f"seed must be an integer from 0 to 2^64 - 1, not {seed!r}")
     dims = dict(B=B, H=H, H_kv=H if H_kv is None else H_kv, Nq=Nq, Nk=Nq if Nk is None else Nk, d=d)
     for name, x in dims.items():
         if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
             raise TypeError(f"{name} must be an integer, not {x!r}")
-    if not (math.isfinite(mean) and math.isfinite(q_scale)):
-        raise ValueError("mean and q_scale must be finite")
+        if not -2**63 <= x < 2**63:  # pybind11 would refuse it without naming it; the C++ names the limit
+            raise ValueError(f"{name} = {x} does not fit in int64 (the problem's limit is 2^40 elements a tensor)")
+    for name, x in (("mean", mean), ("q_scale", q_scale)):
+        if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{name} must be a number, not {x!r}")
+        if not math.isfinite(x):
+            raise ValueError(f"{name} = {x} is not allowed: it must be finite")
     out = _core.inputs(dims["B"], dims["H"], dims["H_kv"], dims["Nq"], dims["Nk"], dims["d"], st, int(seed),
                        float(mean), float(q_scale))
+    for name, a in zip(("q", "k", "v", "do"), out):
+        bad = _first(~np.isfinite(a))
+        if bad is not None:  # mean or q_scale beyond what the storage type holds: every later call refuses it
+            raise ValueError(f"{name}{list(_index(bad, a.shape))} = {a.flat[bad]} in {st}: mean = {mean} and q_scale = "
+                             f"{q_scale} give values beyond what {st} holds; choose smaller ones")
     if st == "fp16":
         out = tuple(a.astype(np.float16) for a in out)  # exact: the values are fp16 already
     return Inputs(*out)
@@ -491,6 +501,9 @@ def check(o, q, k, v, *, causal: bool = False, scale: Optional[float] = None, dt
     cu_seqlens the candidate's o, dq are [total_q, H, d], lse [H, total_q], dk, dv [total_k, H_kv, d]).
     """
     causal, scale = _options(causal, scale)
+    if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))
+                             or not 0 <= seed < 2**64):
+        raise TypeError(f"seed must be None or an integer from 0 to 2^64 - 1, not {seed!r}")
     for name, x in (("o", o), ("lse", lse), ("dq", dq), ("dk", dk), ("dv", dv)):
         if x is not None:
             _kind(x, name)
@@ -675,6 +688,7 @@ class Step:
         """The step's backward from its own forward's o and lse: (dq, dk, dv) in the inputs' dtype."""
         causal, scale = _options(causal, scale)
         p, var, slopes = self._problem(q, k, v, do, variants)
+        _kind(o, "o"), _kind(lse, "lse")  # the type first: a list has no shape to compare
         if tuple(o.shape) != tuple(q.shape):
             raise ValueError(f"o has shape {list(o.shape)} but q {list(q.shape)}: they must agree")
         want_lse = tuple(_shapes(p)[2])

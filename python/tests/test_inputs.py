@@ -119,3 +119,32 @@ def test_a_bad_candidate_fails_in_the_report():
 def test_check_uses_causal_and_scale():
     assert not flashladder.check(O, Q, K, V, causal=False, lse=L).passed
     assert not flashladder.check(O, Q, K, V, causal=True, scale=0.5, lse=L).passed
+
+
+def test_the_audits_bad_values_name_themselves():
+    # seed: pybind11 refused -1 and 2^64 without naming it, and int() took 1.5 as 1
+    for seed in (-1, 2**64, 1.5, "x", True):
+        with pytest.raises(TypeError, match=r"seed must be None or an integer from 0 to 2\^64 - 1"):
+            flashladder.check(O, Q, K, V, causal=True, seed=seed)
+    with pytest.raises(ValueError, match=r"B = 9223372036854775808 does not fit in int64"):
+        flashladder.inputs(2**63, 1, 1, 8)
+    with pytest.raises(TypeError, match=r"seed must be an integer from 0 to 2\^64 - 1"):
+        flashladder.inputs(1, 1, 1, 8, seed=2**64)
+    with pytest.raises(TypeError, match=r"mean must be a number, not 'a'"):
+        flashladder.inputs(1, 1, 1, 8, mean="a")
+    # values the storage type cannot hold: inputs() gave arrays of inf
+    with pytest.raises(ValueError, match=r"q\[0, 0, 0, 0\] = inf in fp16: mean = 1e\+300"):
+        flashladder.inputs(1, 1, 1, 8, mean=1e300)
+    with pytest.raises(TypeError, match=r"o must be a numpy array or a torch tensor, not builtins.list"):
+        flashladder.step("02").backward(Q, K, V, O.tolist(), L, DO)
+
+
+def test_logits_beyond_double_are_refused():
+    # scale * q.k overflows double: the oracle gave NaN (row 0) and o = 0, lse = +inf (row 1, which sees
+    # both keys) without a word
+    q = np.array([[[[1.0, 0], [-1.0, 0]]]], np.float32)
+    k = np.array([[[[2.0, 0], [3.0, 0]]]], np.float32)
+    with pytest.raises(flashladder.Error, match=r"the logits overflow double"):
+        flashladder.oracle(q, k, k, scale=1e308)
+    o, lse = flashladder.oracle(q, k, k, scale=1e300)  # just inside: row 1 is key 0's
+    assert np.isfinite(o).all() and np.isfinite(lse).all() and o[0, 0, 1].tolist() == [2.0, 0.0]
