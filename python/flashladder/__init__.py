@@ -688,7 +688,8 @@ class Step:
         """The step's backward from its own forward's o and lse: (dq, dk, dv) in the inputs' dtype."""
         causal, scale = _options(causal, scale)
         p, var, slopes = self._problem(q, k, v, do, variants)
-        _kind(o, "o"), _kind(lse, "lse")  # the type first: a list has no shape to compare
+        _kind(o, "o")  # the types first: a list has no shape to compare
+        _kind(lse, "lse")
         if tuple(o.shape) != tuple(q.shape):
             raise ValueError(f"o has shape {list(o.shape)} but q {list(q.shape)}: they must agree")
         want_lse = tuple(_shapes(p)[2])
