@@ -8,6 +8,7 @@ a bare #anchor or javascript:, resolves it against the page's folder and checks 
 inside HTML_DIR. Doxygen warns about unresolved @ref, but not about a Markdown link to a file it does
 not copy (step_09's `attention.cu` was one): this catches those. Exit 1 with every broken link listed.
 """
+import argparse
 import os
 import re
 import sys
@@ -34,15 +35,12 @@ def local_target(url: str) -> str | None:
 
 
 def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
-        print(__doc__.strip())
-        return 0
-    if len(sys.argv) != 2:
-        print("check_links.py: give one argument, the built site's HTML_DIR (--help says more)", file=sys.stderr)
-        return 2
-    root = os.path.abspath(sys.argv[1])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("html_dir", help="the built site's folder (Doxygen's HTML_DIR)")
+    a = ap.parse_args()  # --help; a missing or extra argument is refused (exit 2)
+    root = os.path.abspath(a.html_dir)
     if not os.path.isdir(root):
-        print(f"check_links.py: {sys.argv[1]} is not a folder: no site to check", file=sys.stderr)
+        print(f"check_links.py: {a.html_dir} is not a folder: no site to check", file=sys.stderr)
         return 2
     broken: list[str] = []
     pages = 0

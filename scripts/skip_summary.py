@@ -8,6 +8,7 @@ printed: 1392 lines without a GPU. This groups the skipped tests by the reason t
 prints one line per reason, with a count and an example, so the reasons are visible and the list is
 short. A skipped test that printed no reason is its own group, so nothing is hidden.
 """
+import argparse
 import os
 import re
 import sys
@@ -38,19 +39,16 @@ def reason_of(output: str) -> str:
 
 
 def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
-        print(__doc__.strip())
-        return 0
-    if len(sys.argv) != 2:
-        print("skip_summary.py: give one argument, ctest's JUnit report (--help says more)", file=sys.stderr)
-        return 2
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("junit", help="ctest's JUnit report (ctest --output-junit)")
+    a = ap.parse_args()  # --help; a missing or extra argument is refused (exit 2)
     try:
-        root = ET.parse(sys.argv[1]).getroot()
+        root = ET.parse(a.junit).getroot()
     except OSError as e:
-        print(f"skip_summary.py: cannot read {sys.argv[1]}: {e.strerror}", file=sys.stderr)
+        print(f"skip_summary.py: cannot read {a.junit}: {e.strerror}", file=sys.stderr)
         return 2
     except ET.ParseError as e:
-        print(f"skip_summary.py: {sys.argv[1]} is not a JUnit XML report: {e}", file=sys.stderr)
+        print(f"skip_summary.py: {a.junit} is not a JUnit XML report: {e}", file=sys.stderr)
         return 2
     groups: "OrderedDict[str, list[str]]" = OrderedDict()
     for case in root.iter("testcase"):
