@@ -35,7 +35,8 @@
 // would read 8192 keys or more, 10b calls step 10's kernels instead (uses_step10, below); on an H200,
 // where the clusters are 0.8 of the blocks its memory needs or more, blocks of 8 warps instead of 4
 // keep up, and so do they in the last wave of an unsplit grid that leaves it mostly empty (eight_warps,
-// below).
+// below). Where a tile has 8 rows or fewer (decoding with up to 8 query heads per K/V head), the
+// kernel puts the keys on the MMA's 16-row side and the rows on its 8-column side (N8, swapped()).
 
 #include <algorithm>
 #include <climits>
@@ -78,7 +79,8 @@ constexpr int kMaxSplits = 16;  // S: at most one cluster of blocks (Hopper's no
 // both halves by the K and V fragments it loaded once: the keys are read by half as many blocks
 // (m_tiles() says where that pays). Extra: stages more still, for a split launch's clusters on a fast
 // memory (deep_clusters()). W: warps per block, kWarps, or 8 for the split clusters too few to keep up
-// with the memory in 4 and for an unsplit grid's mostly empty last wave (eight_warps()).
+// with the memory in 4 and for an unsplit grid's mostly empty last wave (eight_warps()). The kernel's
+// N8: the product transposed for tiles of at most 8 rows (swapped()).
 template <int d, int R = 1, bool Late = (R == 2), int Extra = 0, int W = kWarps>
 struct Tiles {
   static constexpr bool kLate = Late;  // the copies after the wait, with one stage more
@@ -137,12 +139,13 @@ __device__ __forceinline__ void load_rows(T* tile, const T* block, int64_t rows_
 // (limits() keeps Nq, Nk below 2^30); packed rows and tensor offsets are 64-bit.
 // S == 1: O and L are written directly (storage type, fp32). S > 1: the normalised partial O_s and L_s
 // (fp32) stay in this block's shared memory, and the cluster of the tile's S blocks merges them.
-template <class T, int d, int R, bool Late, int Extra = 0, int W = kWarps>
+template <class T, int d, int R, bool Late, int Extra = 0, int W = kWarps, bool N8 = false>
 __global__ void __launch_bounds__(32 * W)
 attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                  T* __restrict__ O, float* __restrict__ L, int64_t M, int Nq, int Nk, int64_t H_kv, int64_t T_r,
                  int S, float scale, bool causal, const int32_t* __restrict__ seqused_k,
                  VariantArgs var) {
+  static_assert(!N8 || R == 1, "the swapped product takes tiles of one m-tile (at most 8 rows of it used)");
   using Tl = Tiles<d, R, Late, Extra, W>;
   constexpr int kStages = Tl::kStages, kTileElems = Tl::kTileElems, kRows = Tl::kRows;
   constexpr int kBlock = 32 * W;  // threads
@@ -183,12 +186,15 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   const int i_max = wraps ? Nq - 1 : i_first + rows_here - 1, i_min = wraps ? 0 : i_first;
   const int n_begin = key_lo(i_min), n_end = key_hi(i_max);
   const int lo_max = key_lo(i_max), n_min = key_hi(i_min);
-  int first[2 * R], last[2 * R];  // this thread's rows g + 8rr see keys [first, last); padded rows: all (never stored)
+  // This thread's rows see keys [first, last); padded rows: all (never stored). Its rows are g + 8rr,
+  // or with N8 (below) 2t + rr: there the rows are the accumulator's columns.
+  int first[2 * R], last[2 * R];
 #pragma unroll
   for (int rr = 0; rr < 2 * R; ++rr) {
-    const int i = (i_first + g + 8 * rr) % Nq;
-    first[rr] = g + 8 * rr < rows_here ? key_lo(i) : 0;
-    last[rr] = g + 8 * rr < rows_here ? key_hi(i) : n_k;
+    const int row = N8 ? 2 * t + rr : g + 8 * rr;
+    const int i = (i_first + row) % Nq;
+    first[rr] = row < rows_here ? key_lo(i) : 0;
+    last[rr] = row < rows_here ? key_hi(i) : n_k;
   }
 
   // This warp's tiles of B_w keys, of the T_c tiles the row tile visits from tile j_first on (a
@@ -229,14 +235,27 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   // second m-tile's O would spill (ptxas: 255 registers and 20 bytes of spills), and an ldmatrix from
   // shared memory per mma costs no load from global memory.
   uint32_t q[d / 16][4];
-  if constexpr (R == 1) {
+  if constexpr (R == 1 && !N8) {
 #pragma unroll
     for (int kk = 0; kk < d / 16; ++kk) mma::ldmatrix_x4(q[kk], Q_s + at<d>(lane % 16, 16 * kk + lane / 16 * 8));
+  }
+  // N8: Q_iᵀ's B fragments instead (k = the d columns, n = the tile's first 8 rows): lane 4g + t holds
+  // Q[g][16kk + 2t..2t+1] and Q[g][16kk + 8 + 2t..2t+1], two k-steps per ldmatrix.x4 of rows 0–7.
+  uint32_t qt[d / 16][2];
+  if constexpr (N8) {
+#pragma unroll
+    for (int kk = 0; kk < d / 32; ++kk) {
+      uint32_t x[4];
+      mma::ldmatrix_x4(x, Q_s + at<d>(lane % 8, 32 * kk + lane / 8 * 8));
+      qt[2 * kk][0] = x[0], qt[2 * kk][1] = x[1], qt[2 * kk + 1][0] = x[2], qt[2 * kk + 1][1] = x[3];
+    }
   }
 
   // The warp's unnormalised O over its keys: O_i[mt][n][2h+e] = O[16mt + g + 8h][8n + 2t + e]; the
   // thread's row slots rr = 2mt + h (rows g + 8rr) carry the running max (unscaled S) and sum.
   float O_i[R][d / 8][4];
+  // N8: O_iᵀ instead, [d][8]: O_t[mt][2h + e] = O[2t + e][16mt + g + 8h] (the row slots rr = e).
+  float O_t[d / 16][4];
   float m_i[2 * R], l_i[2 * R];
 #pragma unroll
   for (int rr = 0; rr < 2 * R; ++rr) {
@@ -249,6 +268,10 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
     for (int n = 0; n < d / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) O_i[mt][n][e] = 0.f;
+#pragma unroll
+  for (int mt = 0; mt < d / 16; ++mt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) O_t[mt][e] = 0.f;
 
   // ---- Main loop: the warp's tiles, kStages − 1 ahead in its own ring. With 16-row tiles the block's
   // warps advance in step: one barrier per round, in the rounds that all four have (n_step), so that the
@@ -279,6 +302,64 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
     const T* K_s = my_ring + k % kStages * 2 * kTileElems;  // K_j: [B_w][d], swizzled
     const T* V_s = K_s + kTileElems;                        // V_j: [B_w][d], swizzled
     const int j0 = (j_first + gw + stride * k) * B_w;      // first key of the tile
+
+    if constexpr (N8) {
+      // ---- Keys on the MMA's long side (N8: a tile of at most 8 rows). mma.m16n8k16 multiplies 16
+      // rows by 8 columns; the loop below it pads a decode tile of 4 rows (4 query heads, Nq 1) to 16,
+      // so 3/4 of its products and exponentials are of zero rows. Transposed, S_ijᵀ = K_j Q_iᵀ puts the
+      // 16 keys of the warp tile on the 16-row side and the rows on the 8-column side: one n-tile of S
+      // instead of two, and O_iᵀ += V_jᵀ P̃_ijᵀ one n-tile instead of two per 16 columns of d. Half
+      // the mma and half the exponentials, and 128 registers instead of 168–178. Where it pays and where
+      // it does not: swapped(), on the host (B 1, H_kv 8, Nq 1, Nk 32768: 37.60 → 36.05 µs, run 245).
+      float S_t[4] = {0.f, 0.f, 0.f, 0.f};  // S_ijᵀ: [16 keys][8 rows]; lane: keys g, g + 8 × rows 2t, 2t + 1
+#pragma unroll
+      for (int kk = 0; kk < d / 16; ++kk) {
+        uint32_t ka[4];  // K_j's A fragment (rows = keys), the layout of Q's above
+        mma::ldmatrix_x4(ka, K_s + at<d>(lane % 16, 16 * kk + lane / 16 * 8));
+        mma::mma_m16n8k16<T>(S_t, ka, qt[kk]);
+      }
+      if (j0 < lo_max || j0 + B_w > n_min) {  // the masks of the loop below, element (key g + 8h, row 2t + e)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int j = j0 + g + 8 * h;
+            if (j >= last[e] || j < first[e]) S_t[2 * h + e] = -INFINITY;
+          }
+      }
+      // The online softmax of the loop below, per row 2t + e: a row's 16 keys are in the 8 lanes of
+      // its column (g = 0…7), so its maximum takes three shuffles (xor 4, 8, 16) instead of two, and
+      // ℓ stays a per-lane partial sum until after the loop.
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float m_new = fmaxf(m_i[e], fmaxf(S_t[e], S_t[2 + e]));
+        m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 4));
+        m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 8));
+        m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 16));
+        const float m_sub = m_new == -INFINITY ? 0.f : __fmul_rn(m_new, scale_log2);
+        const float alpha = mma::exp2_approx(__fmul_rn(m_i[e], scale_log2) - m_sub);
+        m_i[e] = m_new;
+        S_t[e] = mma::exp2_approx(fmaf(S_t[e], scale_log2, -m_sub));
+        S_t[2 + e] = mma::exp2_approx(fmaf(S_t[2 + e], scale_log2, -m_sub));
+        l_i[e] = alpha * l_i[e] + (S_t[e] + S_t[2 + e]);
+#pragma unroll
+        for (int mt = 0; mt < d / 16; ++mt) {
+          O_t[mt][e] *= alpha;
+          O_t[mt][2 + e] *= alpha;
+        }
+      }
+      // P̃_ijᵀ as the B operand (k = 16 keys, n = 8 rows): lane 4g + t needs P̃ᵀ[2t..2t+1][g] and
+      // P̃ᵀ[8 + 2t..][g], the transpose of what it holds; movmatrix transposes each 8×8 half in registers.
+      const uint32_t pb[2] = {mma::movmatrix_trans(mma::pack2<T>(S_t[0], S_t[1])),
+                              mma::movmatrix_trans(mma::pack2<T>(S_t[2], S_t[3]))};
+#pragma unroll
+      for (int mt = 0; mt < d / 16; ++mt) {
+        uint32_t va[4];  // V_jᵀ's A fragment (rows = 16 columns of d, k = keys): ldmatrix.trans of V_j
+        mma::ldmatrix_x4_trans(va, V_s + at<d>(lane % 8 + lane / 16 * 8, 16 * mt + lane / 8 % 2 * 8));
+        mma::mma_m16n8k16<T>(O_t[mt], va, pb);
+      }
+      continue;
+    }
 
     // S_ij = Q K_jᵀ, unscaled: [16R][16], each m-tile in two n-tiles (08d's K fragments, one
     // ldmatrix.x4 per k-step, used by every m-tile).
@@ -385,19 +466,39 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   float* m_w = O_w + W * kRows * (d + 4);       // [W][kRows]
   float* l_w = m_w + W * kRows;                 // [W][kRows]
   __syncthreads();  // every warp is done with its ring
+  if constexpr (N8) {  // O_t's columns are rows 2t + e; the row's ℓ is spread over the 8 lanes g
 #pragma unroll
-  for (int rr = 0; rr < 2 * R; ++rr) {
-    float l = l_i[rr];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);  // the quad's partial sums: the warp's ℓ of the row
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int row = warp * kRows + g + 8 * rr, h = rr % 2;
+    for (int e = 0; e < 2; ++e) {
+      float l = l_i[e];
+      l += __shfl_xor_sync(0xffffffffu, l, 4);
+      l += __shfl_xor_sync(0xffffffffu, l, 8);
+      l += __shfl_xor_sync(0xffffffffu, l, 16);
+      const int row = warp * kRows + 2 * t + e;
 #pragma unroll
-    for (int n = 0; n < d / 8; ++n)
-      *reinterpret_cast<float2*>(O_w + row * (d + 4) + 8 * n + 2 * t) =
-          make_float2(O_i[rr / 2][n][2 * h], O_i[rr / 2][n][2 * h + 1]);
-    if (t == 0) {
-      m_w[row] = m_i[rr];
-      l_w[row] = l;
+      for (int mt = 0; mt < d / 16; ++mt) {
+        O_w[row * (d + 4) + 16 * mt + g] = O_t[mt][e];
+        O_w[row * (d + 4) + 16 * mt + 8 + g] = O_t[mt][2 + e];
+      }
+      if (g == 0) {
+        m_w[row] = m_i[e];
+        l_w[row] = l;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int rr = 0; rr < 2 * R; ++rr) {
+      float l = l_i[rr];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);  // the quad's partial sums: the warp's ℓ of the row
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int row = warp * kRows + g + 8 * rr, h = rr % 2;
+#pragma unroll
+      for (int n = 0; n < d / 8; ++n)
+        *reinterpret_cast<float2*>(O_w + row * (d + 4) + 8 * n + 2 * t) =
+            make_float2(O_i[rr / 2][n][2 * h], O_i[rr / 2][n][2 * h + 1]);
+      if (t == 0) {
+        m_w[row] = m_i[rr];
+        l_w[row] = l;
+      }
     }
   }
   __syncthreads();
@@ -532,6 +633,12 @@ bool allow_clusters(Kernel kernel, int smem_alone) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_alone) == cudaSuccess &&
          cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
 }
+// The same for a kernel of 16-row tiles in both forms of its product (N8: the swapped one).
+template <class T, int d, bool Late, int Extra = 0, int W = kWarps>
+bool allow_clusters_16(int smem_alone) {
+  return allow_clusters(attention_kernel<T, d, 1, Late, Extra, W>, smem_alone) &&
+         allow_clusters(attention_kernel<T, d, 1, Late, Extra, W, true>, smem_alone);
+}
 
 // The split clusters' kernels of d = 128 only, each still one block per SM (so the clusters resident
 // at once are those of the 4-warp kernel, counted below): deep_clusters()' (a ring a stage deeper,
@@ -543,8 +650,7 @@ bool allow_d128_clusters() {
     constexpr int deep = int(Tiles<d, 1, true, 1>::kSmem), eight = int(Tiles<d, 1, true, 0, 8>::kSmem);
     return allow_clusters(attention_kernel<__half, d, 1, true, 1>, deep) &&
            allow_clusters(attention_kernel<__nv_bfloat16, d, 1, true, 1>, deep) &&
-           allow_clusters(attention_kernel<__half, d, 1, true, 0, 8>, eight) &&
-           allow_clusters(attention_kernel<__nv_bfloat16, d, 1, true, 0, 8>, eight);
+           allow_clusters_16<__half, d, true, 0, 8>(eight) && allow_clusters_16<__nv_bfloat16, d, true, 0, 8>(eight);
   }
   return true;
 }
@@ -567,12 +673,11 @@ DeviceFacts device_facts() {
       cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, dev) == cudaSuccess &&
       cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev) == cudaSuccess &&
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 &&
-      allow_clusters(attention_kernel<__half, d, 1, true>, smem_alone) &&
-      allow_clusters(attention_kernel<__nv_bfloat16, d, 1, true>, smem_alone) &&
+      allow_clusters_16<__half, d, true>(smem_alone) && allow_clusters_16<__nv_bfloat16, d, true>(smem_alone) &&
       allow_clusters(attention_kernel<__half, d, 2, true>, smem_alone) &&
       allow_clusters(attention_kernel<__nv_bfloat16, d, 2, true>, smem_alone) &&
-      allow_clusters(attention_kernel<__half, d, 1, false>, smem_alone) &&  // unsplit: one_per_sm's request
-      allow_clusters(attention_kernel<__nv_bfloat16, d, 1, false>, smem_alone) && allow_d128_clusters<d>() &&
+      allow_clusters_16<__half, d, false>(smem_alone) &&  // unsplit: one_per_sm's request
+      allow_clusters_16<__nv_bfloat16, d, false>(smem_alone) && allow_d128_clusters<d>() &&
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, attention_kernel<__half, d, 1, false>, kThreads, smem) ==
           cudaSuccess;
   if (!ok) {
@@ -837,6 +942,19 @@ bool eight_warps(const Problem& p, int64_t S) {
   return S == 8 && two_to_a_gpc(p, S_rule) && keys_visited(p) / S < 8192 && eight_warps(p, S_rule);
 }
 
+// Keys on the MMA's long side (the kernel's N8): where the packed rows of a K/V head are 8 or fewer
+// (G·Nq ≤ 8: decoding with up to 8 query heads per K/V head, or speculative rows with fewer), one tile
+// of 16 rows would be mostly padding, and the kernel computes S_ijᵀ = K_j Q_iᵀ instead, half the mma.
+// Run 245 (an H200, GPU-658cd63a, this kernel with and without it in one library, five interleaved
+// rounds, fp16, H 32, d 128, µs): B 1, H_kv 8, Nq 1, Nk 32768 (clusters of 8, 8 warps) 37.60 → 36.05,
+// Nk 8192 15.03 → 14.14; the unsplit grids 0.998–1.000× (B 16, H_kv 8, Nk 32768: 476.08 → 475.53;
+// B 64, H_kv 32, Nk 8192: 1882.4 → 1879.0). Not in deep_clusters()' ring: at B 1, H_kv 32, Nq 1,
+// Nk 8192 (4-warp clusters of 3, 2730 keys a split) it was slower, 36.80 → 37.11, as half the mma
+// alone had been in run 244 (36.5 → 37.0); we did not find why.
+bool swapped(const Problem& p, int64_t S) {
+  return m_tiles(p) == 1 && p.group() * p.Nq <= 8 && !deep_clusters(p, S);
+}
+
 bool uses_step10(const Problem& p) {
   if (requested_splits() > 0) return false;
   const int64_t S = splits(p), S10 = fl::s10::splits(p);
@@ -883,12 +1001,14 @@ void launch(const Problem& p, const ForwardArgs& a) {
   const bool late = R == 2 || S > 1 || (d == 128 && fl::s10::deep_memory(d));
   const bool deeper = deep_clusters(p, S);  // the clusters' ring a stage deeper (R = 1, d = 128 only)
   const bool eight = eight_warps(p, S);     // blocks of 8 warps (R = 1, d = 128 only)
+  const bool n8 = swapped(p, S);  // keys on the MMA's long side (the kernel's N8)
   auto kernel = attention_kernel<T, d, R, true>;
   if constexpr (R == 1) {
-    if (!late) kernel = attention_kernel<T, d, 1, false>;
+    if (!late) kernel = n8 ? attention_kernel<T, d, 1, false, 0, kWarps, true> : attention_kernel<T, d, 1, false>;
+    if (late && n8) kernel = attention_kernel<T, d, 1, true, 0, kWarps, true>;
     if constexpr (d == 128) {
-      if (deeper) kernel = attention_kernel<T, d, 1, true, 1>;
-      if (eight) kernel = attention_kernel<T, d, 1, true, 0, 8>;
+      if (deeper) kernel = attention_kernel<T, d, 1, true, 1>;  // never swapped (swapped())
+      if (eight) kernel = n8 ? attention_kernel<T, d, 1, true, 0, 8, true> : attention_kernel<T, d, 1, true, 0, 8>;
     }
   }
   // One block per SM:

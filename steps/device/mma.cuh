@@ -52,6 +52,16 @@ __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* 
                : "r"(smem_addr(row_ptr)));
 }
 
+/// The transpose of an 8×8 matrix of 16-bit elements held one pair per lane (lane 4·g + t: elements
+/// (g, 2t..2t+1)), returned in the same layout: (g, 2t..2t+1) of the transpose. One instruction, no
+/// shared memory (movmatrix, PTX ISA 7.8, sm_75 and later). Step 10b turns an accumulator of Sᵀ into
+/// the B operand of the next mma with it.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
 /// d += a · b on the tensor cores; T is __half or __nv_bfloat16 (the operands' type).
 template <class T>
 __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
