@@ -88,6 +88,9 @@ const std::vector<DecodeCase>& decode_cases() {
       // 400 unsplit tiles of 16 rows at d 128 (one block per SM), the last wave 4 blocks of 132: on a
       // memory of 4 TB/s or more (an H200) 10b's blocks of 8 warps (eight_warps with S = 1).
       {"mha_nq1_b25_nk8195_causal_eight_warp_last_wave", 25, 16, 16, 1, 8195, 128, true, DType::bf16, 1.0},
+      // 8 tiles of 4 rows (4 query heads × Nq 1): 10b's product transposed (swapped: keys on the MMA's
+      // 16-row side), on an H200 in clusters of 8 of 8 warps (2052 keys per split), on an H100 of 9 of 4.
+      {"gqa4_nq1_nk16411_causal_swapped_eight_warp_clusters", 1, 32, 8, 1, 16411, 128, true, DType::bf16, 1.0},
   };
   return c;
 }
@@ -516,6 +519,7 @@ int clusters_at_once(int64_t d, int size) __attribute__((weak));
 bool uses_step10(const Problem& p) __attribute__((weak));
 int64_t blocks_for_memory(int64_t d) __attribute__((weak));
 bool eight_warps(const Problem& p, int64_t S) __attribute__((weak));
+bool swapped(const Problem& p, int64_t S) __attribute__((weak));
 bool one_per_sm(const Problem& p) __attribute__((weak));
 int m_tiles(const Problem& p) __attribute__((weak));
 int64_t row_tiles(const Problem& p) __attribute__((weak));
@@ -765,6 +769,37 @@ TEST(ClusterMerge, UnsplitGridsWithAMostlyEmptyLastWaveRunEightWarps) {
   EXPECT_FALSE(fl::s10b::eight_warps(p, fl::s10b::splits(p))) << p.describe() << " with FLASHLADDER_SPLITS=2";
   if (!judged) GTEST_SKIP() << "where blocks of 8 warps run: not checked on this GPU (" << sms << " SMs, memory needs "
                             << needed << " blocks)";
+}
+
+// On the GPU: 10b transposes its product (keys on the MMA's 16-row side, swapped()) exactly where a
+// K/V head's packed rows are 8 or fewer in one 16-row tile: decoding with 4 or 8 query heads per K/V
+// head at Nq 1, 4 at Nq 2, one at Nq 7; split or not. Not 16 rows (4 heads × Nq 4), not where the tiles
+// have 32 rows, and not in deep_clusters()' ring (B 1, H_kv 32, Nq 1, Nk 8192: 4-warp clusters of 3 on a
+// memory of 4 TB/s or more, where it was slower in run 245); on an H100 that problem is swapped.
+TEST(ClusterMerge, TilesOfAtMostEightRowsAreSwapped) {
+  FL_NEED_GPU();
+  ASSERT_TRUE(step10b() && fl::s10b::swapped) << "step 10b is not in this CUDA build";
+  const SplitsEnv env("");
+  auto with_d = [](Problem p, int64_t d) { p.d = d; return p; };
+  auto swapped = [](const Problem& p) { return fl::s10b::swapped(p, fl::s10b::splits(p)); };
+  for (auto [p, yes] : {std::pair<Problem, bool>{decode_problem(1, 8, 1, 32768), true},
+                        {decode_problem(1, 8, 1, 8192), true}, {decode_problem(16, 8, 1, 32768), true},
+                        {decode_problem(64, 32, 1, 8192), true}, {decode_problem(1, 4, 1, 8192), true},
+                        {decode_problem(1, 16, 2, 8192), true}, {decode_problem(1, 32, 7, 4096), true},
+                        {with_d(decode_problem(1, 8, 1, 32768), 64), true}, {decode_problem(1, 8, 4, 32768), false},
+                        {decode_problem(1, 8, 3, 8192), false}, {decode_problem(16, 8, 4, 8192), false},
+                        {decode_problem(1, 1, 1, 8192), false}}) {
+    EXPECT_EQ(swapped(p), yes) << p.describe() << " (" << p.group() * p.Nq << " packed rows a K/V head)";
+  }
+  const int64_t needed = fl::s10b::blocks_for_memory(128);
+  const Problem deep = decode_problem(1, 32, 1, 8192);  // one row a K/V head
+  if (needed == 89) EXPECT_FALSE(swapped(deep)) << deep.describe() << ": deep_clusters' ring on an H200";
+  if (needed == 62) EXPECT_TRUE(swapped(deep)) << deep.describe() << " on an H100";
+  const SplitsEnv forced("16");  // 512 keys a split: no deeper ring, so swapped on any GPU
+  EXPECT_TRUE(swapped(deep)) << deep.describe() << " with FLASHLADDER_SPLITS=16";
+  if (needed != 89 && needed != 62)
+    GTEST_SKIP() << "B 1, H_kv 32, Nq 1, Nk 8192 not judged: the memory needs " << needed
+                 << " blocks, neither an H200's 89 nor an H100's 62";
 }
 
 }  // namespace
