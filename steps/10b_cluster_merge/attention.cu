@@ -950,9 +950,10 @@ bool eight_warps(const Problem& p, int64_t S) {
 // Nk 8192 15.03 → 14.14; the unsplit grids 0.998–1.000× (B 16, H_kv 8, Nk 32768: 476.08 → 475.53;
 // B 64, H_kv 32, Nk 8192: 1882.4 → 1879.0). Not in deep_clusters()' ring: at B 1, H_kv 32, Nq 1,
 // Nk 8192 (4-warp clusters of 3, 2730 keys a split) it was slower, 36.80 → 37.11, as half the mma
-// alone had been in run 244 (36.5 → 37.0); we did not find why.
+// alone had been in run 244 (36.5 → 37.0); we did not find why. (Blocks of 8 warps take precedence
+// over that ring, as in launch(): B 1, H_kv 8, Nk 32768 is both, and runs the 8-warp kernel swapped.)
 bool swapped(const Problem& p, int64_t S) {
-  return m_tiles(p) == 1 && p.group() * p.Nq <= 8 && !deep_clusters(p, S);
+  return m_tiles(p) == 1 && p.group() * p.Nq <= 8 && (eight_warps(p, S) || !deep_clusters(p, S));
 }
 
 bool uses_step10(const Problem& p) {
