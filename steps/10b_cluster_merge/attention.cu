@@ -241,6 +241,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   }
   // N8: Q_iᵀ's B fragments instead (k = the d columns, n = the tile's first 8 rows): lane 4g + t holds
   // Q[g][16kk + 2t..2t+1] and Q[g][16kk + 8 + 2t..2t+1], two k-steps per ldmatrix.x4 of rows 0–7.
+  // Rows 8–15 are never read: swapped() launches N8 only where a tile's rows are 8 or fewer.
   uint32_t qt[d / 16][2];
   if constexpr (N8) {
 #pragma unroll
