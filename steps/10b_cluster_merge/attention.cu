@@ -49,6 +49,7 @@
 
 #include "steps/device/math.cuh"
 #include "steps/device/mma.cuh"
+#include "steps/device/wgmma.cuh"  // the unsplit grid of one wave (attention_kernel_wg)
 #include "steps/launch.cuh"
 #include "steps/variants.cuh"  // VariantArgs: the window, causal folded in
 
@@ -600,6 +601,246 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
 
 #pragma nv_diag_default 128
 
+// ---- The same tiles on wgmma, for an unsplit grid of one wave (wgmma_tiles(), on the host) ----------
+// Where every (batch, K/V head) of at most 8 rows has its own block and the blocks fit on the SMs at
+// once (B 16, H_kv 8, Nq 1 on an H200: 128 blocks), each block is a stream of its head's K and V, and what
+// sets its speed is how many bytes it keeps in flight. This kernel keeps 192 KiB (10b's 4-warp blocks:
+// 96): three warpgroups of 4 warps, each with its own ring of 2 stages of 64-key tiles of K_j and V_j (32
+// KiB a stage), copied by its 128 threads with cp.async into wgmma's 128-byte swizzled panels (08e's), and
+// the product of N8 above on wgmma, keys on the 64-row side and the ≤ 8 rows on the 8-column side:
+//   S_ijᵀ [64 keys][8 rows] = K_j Q_iᵀ       (d/16 = 8 × m64n8k16: A = K_j, B = Q_i, both K-major)
+//   O_iᵀ  [d][8 rows]      += V_jᵀ P̃_ijᵀ     (2 × 4 × m64n8k16: A = V_j MN-major, B = P̃_ij [8][64])
+// A row's 64 keys are in 8 lanes of each of the 4 warps: its maximum takes three shuffles and then the
+// 4 warps' maxima through shared memory (a named barrier per warpgroup); P̃_ij goes to shared memory as
+// wgmma's B operand. The warpgroups take the tiles in turn (warpgroup q: tiles q, q + 3, …) and merge
+// like the warps above. Measured (runs 256–259, H200s; README.md, "A wgmma kernel for the unsplit grid
+// of one wave"): B 16, H_kv 8, Nq 1, Nk 32768 464.6 µs against 10b's 465.5 (cuDNN 466.5); at B 1 (split
+// clusters) the same kernel is 3–28% slower than 10b's warps, which is why it runs only here.
+constexpr int kWgKeys = 64, kWgGroups = 3, kWgStages = 2, kWgThreads = 128 * kWgGroups;
+struct WgTiles {
+  static constexpr int d = 128, kRows = 8;
+  static constexpr int kTileElems = kWgKeys * d;  // one K_j or V_j tile: 2 panels [64 keys][64]
+  // Shared memory, each part on a 1024-byte boundary (the swizzle is applied to address bits):
+  static constexpr size_t kQ = 2 * 1024;                   // Q_i: 2 panels [8 rows][64]
+  static constexpr size_t kP = 1024;                       // P̃_ij of one warpgroup: 1 panel [8 rows][64 keys]
+  static constexpr size_t kRed = 1024;                     // the warps' maxima: [3 groups][4 warps][8 rows] fp32
+  static constexpr size_t kRing = kQ + kWgGroups * kP + kRed;  // then [3 groups][2 stages][K, V][2][64][64]
+  static constexpr size_t kSmem = kRing + size_t(kWgGroups) * kWgStages * 2 * kTileElems * 2 + 1024;  // + alignment
+  static_assert(kSmem <= 227 * 1024, "a block's shared memory: at most Hopper's 227 KiB");
+};
+
+// Element (row, col) of a [rows][128] operand in 128-byte swizzled panels of 64 columns: [2][ROWS][64].
+template <int ROWS>
+__device__ __forceinline__ int panel_at(int row, int col) {
+  return col / 64 * ROWS * 64 + row * 64 + ((col % 64 / 8) ^ (row % 8)) * 8 + col % 8;
+}
+__device__ __forceinline__ void group_sync(int id) {  // the 128 threads of one warpgroup (named barrier id)
+  asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
+}
+
+template <class T, int d>
+__global__ void __launch_bounds__(kWgThreads)
+attention_kernel_wg(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                    T* __restrict__ O, float* __restrict__ L, int64_t M, int Nq, int Nk, int64_t H_kv,
+                    float scale, const int32_t* __restrict__ seqused_k, VariantArgs var) {
+  static_assert(d == WgTiles::d, "the panels and the two m64 halves of O_iᵀ are d = 128's");
+  constexpr int kRows = WgTiles::kRows, kTileElems = WgTiles::kTileElems;
+  const float scale_log2 = scale * 1.4426950408889634f;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + (1024 - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) % 1024) % 1024;
+  T* Q_s = reinterpret_cast<T*>(smem);  // Q_i: [2][8][64] panels
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int q = warp / 4, wq = warp % 4, tq = threadIdx.x % 128;  // warpgroup, warp in it, thread in it
+  T* P_s = reinterpret_cast<T*>(smem + WgTiles::kQ + q * WgTiles::kP);                   // P̃_ij: [8][64] panel
+  float* red = reinterpret_cast<float*>(smem + WgTiles::kQ + kWgGroups * WgTiles::kP) + q * 32;  // [4 warps][8 rows]
+  T* ring = reinterpret_cast<T*>(smem + WgTiles::kRing) + q * kWgStages * 2 * kTileElems;  // [2 stages][K, V][2][64][64]
+
+  // One block per (batch, K/V head): its M ≤ 8 packed rows (the kernel above with S = 1, T_r = 1).
+  const int64_t bh = blockIdx.x;
+  const int rows_here = int(M);
+  const T* Q_g = Q + bh * M * d;  // [rows_here][d]
+  const T* K_g = K + bh * Nk * d;
+  const T* V_g = V + bh * Nk * d;
+  const int n_k = seqused_k ? seqused_k[bh / H_kv] : Nk;
+  const int diag = n_k - Nq;
+  auto key_lo = [&](int i) { return var.left < 0 ? 0 : max(0, i + diag - var.left); };
+  auto key_hi = [&](int i) { return var.right < 0 ? n_k : min(n_k, i + diag + var.right + 1); };
+  // The tile's rows are i = r % Nq for r < M ≤ 8; its keys [n_begin, n_end), all rows see [lo_max, n_min).
+  const int i_max = rows_here >= Nq ? Nq - 1 : rows_here - 1;
+  const int n_begin = key_lo(0), n_end = key_hi(i_max);
+  const int lo_max = key_lo(i_max), n_min = key_hi(0);
+  int first[2], last[2];  // this thread's rows 2t + e (the accumulators' columns)
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int row = 2 * t + e;
+    first[e] = row < rows_here ? key_lo(row % Nq) : 0;
+    last[e] = row < rows_here ? key_hi(row % Nq) : n_k;
+  }
+
+  const int j_first = n_begin / kWgKeys;
+  const int T_c = n_end > n_begin ? (n_end + kWgKeys - 1) / kWgKeys - j_first : 0;
+  const int n_mine = T_c > q ? (T_c - q + kWgGroups - 1) / kWgGroups : 0;  // tiles q, q + 3, …
+  auto load_kv = [&](int k) {  // this warpgroup's k-th tile → its stage k % 2 (copies not waited for)
+    const int j0 = (j_first + q + kWgGroups * k) * kWgKeys;
+    T* K_s = ring + k % kWgStages * 2 * kTileElems;
+    T* V_s = K_s + kTileElems;
+#pragma unroll
+    for (int step = 0; step < kWgKeys * (d / 8) / 128; ++step) {  // 8 chunks of 16 bytes each of K and V
+      const int idx = step * 128 + tq, row = idx / (d / 8), col = idx % (d / 8) * 8;
+      const bool valid = row < n_k - j0;  // keys past n_k: zeros (src-size 0), masked below
+      const int64_t src = valid ? int64_t(j0 + row) * d + col : int64_t(j0) * d;
+      mma::cp_async_16(K_s + panel_at<kWgKeys>(row, col), K_g + src, valid);
+      mma::cp_async_16(V_s + panel_at<kWgKeys>(row, col), V_g + src, valid);
+    }
+  };
+  if (threadIdx.x < kRows * d / 8) {  // Q_i: 8 rows × 16 chunks; padded rows zero-filled
+    const int row = threadIdx.x / (d / 8), col = threadIdx.x % (d / 8) * 8;
+    const bool valid = row < rows_here;
+    mma::cp_async_16(Q_s + panel_at<kRows>(row, col), Q_g + (valid ? int64_t(row) * d + col : 0), valid);
+  }
+  mma::cp_async_commit();
+  if (n_mine > 0) load_kv(0);
+  mma::cp_async_commit();
+  mma::cp_async_wait<1>();            // this thread's part of Q_i
+  wgmma::fence_proxy_async();         // visible to the tensor cores
+  __syncthreads();                    // everyone's
+
+  float o[2][4];  // O_iᵀ: o[p][2h + e] = Oᵀ[64p + 16wq + g + 8h][2t + e]
+  float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};  // rows 2t + e; ℓ: this thread's keys only
+#pragma unroll
+  for (int p = 0; p < 2; ++p)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) o[p][x] = 0.f;
+
+  for (int k = 0; k < n_mine; ++k) {
+    mma::cp_async_wait<0>();      // this thread's copies of tile k
+    wgmma::fence_proxy_async();
+    group_sync(1 + q);            // everyone's; and every warp of the group is done with tile k − 1
+    if (k + 1 < n_mine) load_kv(k + 1);  // into tile k − 1's stage, in flight during the math below
+    mma::cp_async_commit();
+    const T* K_s = ring + k % kWgStages * 2 * kTileElems;
+    const T* V_s = K_s + kTileElems;
+    const int j0 = (j_first + q + kWgGroups * k) * kWgKeys;
+
+    float st[4];  // S_ijᵀ: st[2h + e] = Sᵀ[16wq + g + 8h][2t + e] (key j0 + 16wq + g + 8h, row 2t + e)
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < d / 16; ++kk)
+      wgmma::mma_ss<T, 8>(st, wgmma::desc<64>(K_s + kk / 4 * kWgKeys * 64 + kk % 4 * 16, 16),
+                          wgmma::desc<64>(Q_s + kk / 4 * kRows * 64 + kk % 4 * 16, 16), kk > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::pin(st);
+    if (j0 < lo_max || j0 + kWgKeys > n_min) {  // the masks of the kernel above
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = j0 + 16 * wq + g + 8 * h;
+          if (j >= last[e] || j < first[e]) st[2 * h + e] = -INFINITY;
+        }
+    }
+    // Each row's maximum over the group's 64 keys: the warp's 16 (xor 4, 8, 16), then the 4 warps'.
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float v = fmaxf(st[e], st[2 + e]);
+      v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+      v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
+      v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 16));
+      if (g == 0) red[wq * kRows + 2 * t + e] = v;
+    }
+    group_sync(1 + q);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {  // the online softmax of the kernel above, row 2t + e
+      const int row = 2 * t + e;
+      const float m_new = fmaxf(fmaxf(m_i[e], fmaxf(red[row], red[kRows + row])),
+                                fmaxf(red[2 * kRows + row], red[3 * kRows + row]));
+      const float m_sub = m_new == -INFINITY ? 0.f : __fmul_rn(m_new, scale_log2);
+      const float alpha = mma::exp2_approx(__fmul_rn(m_i[e], scale_log2) - m_sub);
+      m_i[e] = m_new;
+      const float p0 = mma::exp2_approx(fmaf(st[e], scale_log2, -m_sub));
+      const float p1 = mma::exp2_approx(fmaf(st[2 + e], scale_log2, -m_sub));
+      l_i[e] = alpha * l_i[e] + (p0 + p1);
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        o[p][e] *= alpha;
+        o[p][2 + e] *= alpha;
+      }
+      P_s[panel_at<kRows>(row, 16 * wq + g)] = T(p0);  // P̃_ij [8 rows][64 keys]: wgmma's B, K-major
+      P_s[panel_at<kRows>(row, 16 * wq + 8 + g)] = T(p1);
+    }
+    wgmma::fence_proxy_async();
+    group_sync(1 + q);  // P̃_ij written by the 4 warps; their maxima read (red is written again next tile)
+    wgmma::fence();     // the rescaled O_iᵀ before the tensor cores accumulate into it
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+      for (int kk = 0; kk < kWgKeys / 16; ++kk)
+        wgmma::mma_ss_ta<T, 8>(o[p], wgmma::desc<64>(V_s + p * kWgKeys * 64 + 16 * kk * 64, kWgKeys * 64 * 2),
+                               wgmma::desc<64>(P_s + 16 * kk, 16), true);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::pin(o[0]);
+    wgmma::pin(o[1]);
+  }
+  mma::cp_async_wait<0>();
+
+  // ---- The merge inside the block, the rule of the kernel above over the 3 warpgroups' partials,
+  // through the rings: O_q [3][8][d + 4], m_q [3][8], the warps' ℓ [3][4][8], then ℓ_q [3][8].
+  float* O_w = reinterpret_cast<float*>(smem + WgTiles::kRing);
+  float* m_w = O_w + kWgGroups * kRows * (d + 4);
+  float* l_p = m_w + kWgGroups * kRows;
+  float* l_w = l_p + kWgGroups * 4 * kRows;
+  __syncthreads();  // every warpgroup is done with its ring
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int row = 2 * t + e;
+    float l = l_i[e];  // the warp's 16 keys: its 8 lanes g
+    l += __shfl_xor_sync(0xffffffffu, l, 4);
+    l += __shfl_xor_sync(0xffffffffu, l, 8);
+    l += __shfl_xor_sync(0xffffffffu, l, 16);
+    if (g == 0) {
+      l_p[(q * 4 + wq) * kRows + row] = l;
+      if (wq == 0) m_w[q * kRows + row] = m_i[e];  // the same in the group's 4 warps
+    }
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) O_w[(q * kRows + row) * (d + 4) + 64 * p + 16 * wq + g + 8 * h] = o[p][2 * h + e];
+  }
+  __syncthreads();
+  if (threadIdx.x < kWgGroups * kRows) {
+    const int x = threadIdx.x;  // = q' · 8 + row
+    l_w[x] = l_p[(x / kRows * 4) * kRows + x % kRows] + l_p[(x / kRows * 4 + 1) * kRows + x % kRows] +
+             l_p[(x / kRows * 4 + 2) * kRows + x % kRows] + l_p[(x / kRows * 4 + 3) * kRows + x % kRows];
+  }
+  __syncthreads();
+  const int64_t row_g = bh * M;
+  constexpr int kC = d / 4;
+  for (int c = threadIdx.x; c < rows_here * kC; c += kWgThreads) {
+    const int row = c / kC, col = c % kC * 4;
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWgGroups; ++w) m = fmaxf(m, m_w[w * kRows + row]);
+    const float m_sub = m == -INFINITY ? 0.f : __fmul_rn(m, scale_log2);
+    float l = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < kWgGroups; ++w) {
+      const float f = mma::exp2_approx(__fmul_rn(m_w[w * kRows + row], scale_log2) - m_sub);
+      const float4 x = *reinterpret_cast<const float4*>(O_w + (w * kRows + row) * (d + 4) + col);
+      l = fmaf(f, l_w[w * kRows + row], l);
+      acc = make_float4(fmaf(f, x.x, acc.x), fmaf(f, x.y, acc.y), fmaf(f, x.z, acc.z), fmaf(f, x.w, acc.w));
+    }
+    const float inv_l = l > 0.f ? 1.f / l : 0.f;
+    *reinterpret_cast<uint2*>(O + (row_g + row) * d + col) =
+        make_uint2(mma::pack2<T>(acc.x * inv_l, acc.y * inv_l), mma::pack2<T>(acc.z * inv_l, acc.w * inv_l));
+    if (col == 0) L[row_g + row] = log_sum_exp(m, l, scale, scale_log2);
+  }
+}
+
 // ---- Host side ----------------------------------------------------------------------------------
 
 // What the heuristic needs from the device: SMs, how many blocks of this kernel one SM holds (from
@@ -964,6 +1205,26 @@ bool swapped(const Problem& p, int64_t S) {
   return m_tiles(p) == 1 && p.group() * p.Nq <= 8 && (eight_warps(p, S) || !deep_clusters(p, S));
 }
 
+// attention_kernel_wg (wgmma, three warpgroups with 192 KiB of copies in flight) for an unsplit grid of
+// one wave or less of tiles of at most 8 rows at d = 128, each reading 8192 keys or more, on a memory of
+// 4 TB/s or more (step 10's deep_memory). There every block is alone on its SM and streams its head's K
+// and V, and the kernel above keeps 96 KiB in flight with 4 warps (eight_warps() gives it 8 only for a
+// last wave). Runs 258–259 (one H200, GPU-7b428430, five interleaved rounds, fp16, H 32, d 128, µs):
+// B 16, H_kv 8, Nq 1 at Nk 8192, 32768, 131072: 10b 121.8, 465.5–466.6, 1834.1–1834.2, this kernel
+// 121.0, 463.9–464.6, 1830.3–1830.6, cuDNN 122.7–122.8, 466.4–466.5, 1832.1–1833.0; B 8 (64 blocks),
+// Nk 32768: 237.8 → 236.0; B 16, H_kv 4 (8 rows), Nk 65536: 468.5 → 464.4. Run 257 (GPU-c462f22e) at
+// B 16, H_kv 8, Nk 32768: 465.9 → 464.2 (cuDNN 466.7). 10b's 4-warp kernel in blocks of 8 warps instead
+// (the same bytes in flight, run 258) took 463.9 and 120.7 but 1836.1–1836.8 at Nk 131072. Where this
+// kernel does not run: the split clusters (B 1: 3–28% slower than 10b's warps, runs 256–257; a warpgroup
+// is one dependent chain per 64 keys, and a block has 2 or 3 of them where 10b's has 8 warps), tiles of
+// 16 rows (B 16, H_kv 8, Nq 4: 468.5 against 468.1, run 258), an H100 (not measured).
+bool wgmma_tiles(const Problem& p, int64_t S) {
+  if (p.d != 128 || S != 1 || m_tiles(p) != 1 || p.group() * p.Nq > WgTiles::kRows || !fl::s10::deep_memory(p.d))
+    return false;
+  const int64_t sms = facts_for(p.d).sms;
+  return sms > 0 && p.B * p.H_kv <= sms && keys_visited(p) >= 8192;
+}
+
 bool uses_step10(const Problem& p) {
   if (requested_splits() > 0) return false;
   const int64_t S = splits(p), S10 = fl::s10::splits(p);
@@ -1049,8 +1310,27 @@ void launch(const Problem& p, const ForwardArgs& a) {
   FL_CUDA(cudaGetLastError());
 }
 
+// The unsplit grid of one wave on wgmma (wgmma_tiles): one block per (batch, K/V head), no cluster.
+template <class T>
+void launch_wg(const Problem& p, const ForwardArgs& a) {
+  if (!p.seqused_k.empty() && !a.seqused_k) throw Error("seqused_k needs its device copy: the call passed none");
+  const auto kernel = attention_kernel_wg<T, 128>;
+  FL_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(WgTiles::kSmem)));
+  kernel<<<unsigned(p.B * p.H_kv), kWgThreads, WgTiles::kSmem, static_cast<cudaStream_t>(a.stream)>>>(
+      static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse,
+      p.group() * p.Nq, int(p.Nq), int(p.Nk), p.H_kv, float(p.softmax_scale()),
+      p.seqused_k.empty() ? nullptr : a.seqused_k, VariantArgs::of(p, a.alibi_slopes, nullptr, nullptr, a.seqused_k));
+  FL_CUDA(cudaGetLastError());
+}
+
 void forward(const Problem& p, const ForwardArgs& a) {
   if (uses_step10(p)) return fl::s10::impl.forward(p, a);  // see uses_step10
+  if (wgmma_tiles(p, splits(p))) {
+    dispatch<DecodeD>(p, [&](auto T_, auto d_) {
+      if constexpr (decltype(d_)::value == 128) launch_wg<decltype(T_)>(p, a);
+    });
+    return;
+  }
   dispatch<DecodeD>(p, [&](auto T_, auto d_) {
     if (m_tiles(p) == 2)
       launch<decltype(T_), decltype(d_)::value, 2>(p, a);
