@@ -91,9 +91,6 @@ const std::vector<DecodeCase>& decode_cases() {
       // 8 tiles of 4 rows (4 query heads × Nq 1): 10b's product transposed (swapped: keys on the MMA's
       // 16-row side), on an H200 in clusters of 8 of 8 warps (2052 keys per split), on an H100 of 9 of 4.
       {"gqa4_nq1_nk16411_causal_swapped_eight_warp_clusters", 1, 32, 8, 1, 16411, 128, true, DType::bf16, 1.0},
-      // 120 unsplit tiles of 4 rows (B 15 × H_kv 8: over 90% of 132 SMs, one wave), 8195 keys each: on a memory
-      // of 4 TB/s or more (an H200) 10b's wgmma kernel (wgmma_tiles), its last 64-key tile 3 keys long.
-      {"gqa4_nq1_b15_nk8195_causal_wgmma_wave", 15, 32, 8, 1, 8195, 128, true, DType::f16, 1.0},
   };
   return c;
 }
@@ -523,7 +520,6 @@ bool uses_step10(const Problem& p) __attribute__((weak));
 int64_t blocks_for_memory(int64_t d) __attribute__((weak));
 bool eight_warps(const Problem& p, int64_t S) __attribute__((weak));
 bool swapped(const Problem& p, int64_t S) __attribute__((weak));
-bool wgmma_tiles(const Problem& p, int64_t S) __attribute__((weak));
 bool one_per_sm(const Problem& p) __attribute__((weak));
 int m_tiles(const Problem& p) __attribute__((weak));
 int64_t row_tiles(const Problem& p) __attribute__((weak));
@@ -805,29 +801,6 @@ TEST(ClusterMerge, TilesOfAtMostEightRowsAreSwapped) {
   if (needed == 62) EXPECT_TRUE(swapped(deep)) << deep.describe() << " on an H100";
   const SplitsEnv forced("16");  // 512 keys a split: no deeper ring, so swapped on any GPU
   EXPECT_TRUE(swapped(deep)) << deep.describe() << " with FLASHLADDER_SPLITS=16";
-}
-
-// On the GPU: 10b runs its wgmma kernel (wgmma_tiles) exactly for an unsplit grid of one wave or less of
-// tiles of at most 8 rows at d = 128, 8192 keys or more each, on a memory of 4 TB/s or more: in the decode
-// sweep B 16, H_kv 8, Nq 1 at Nk ≥ 8192. Not split grids (B 1), 16-row tiles (Nq 4), more tiles than SMs
-// (B 16, H_kv 32), shorter reads, d = 64, nor on an H100 (not measured there).
-TEST(ClusterMerge, UnsplitWaveOfSmallTilesRunsOnWgmma) {
-  FL_NEED_GPU();
-  ASSERT_TRUE(step10b() && fl::s10b::wgmma_tiles) << "step 10b is not in this CUDA build";
-  const SplitsEnv env("");
-  auto with_d = [](Problem p, int64_t d) { p.d = d; return p; };
-  auto wgmma = [](const Problem& p) { return fl::s10b::wgmma_tiles(p, fl::s10b::splits(p)); };
-  const int64_t needed = fl::s10b::blocks_for_memory(128);
-  for (const Problem& p : {decode_problem(16, 8, 4, 32768), decode_problem(1, 8, 1, 32768), decode_problem(16, 32, 1, 8192),
-                           decode_problem(64, 8, 1, 32768), decode_problem(16, 8, 1, 1024),
-                           with_d(decode_problem(16, 8, 1, 32768), 64)})
-    EXPECT_FALSE(wgmma(p)) << p.describe();
-  if (needed != 89 && needed != 62)
-    GTEST_SKIP() << "the unsplit wave not judged: the memory needs " << needed
-                 << " blocks, neither an H200's 89 nor an H100's 62";
-  for (const Problem& p : {decode_problem(16, 8, 1, 8192), decode_problem(16, 8, 1, 32768), decode_problem(16, 8, 1, 131072),
-                           decode_problem(15, 8, 1, 8195), decode_problem(16, 8, 2, 8192)})
-    EXPECT_EQ(wgmma(p), needed == 89) << p.describe() << (needed == 89 ? " on an H200" : " on an H100");
 }
 
 }  // namespace

@@ -189,11 +189,6 @@ const std::vector<VarlenCase>& varlen_cases() {
        -1, 0, Alibi::none},
       {"seqused_3seq_causal_window_softcap_d64", 2, 1, 64, DType::bf16, {300, 300, 300}, {777, 777, 777},
        {0, 299, 700}, false, true, 200, 0, 30, Alibi::none},
-      // 120 sequences' K/V heads (30 × 4) of 4 rows each, one wave on 132 SMs, up to 8300 keys: 10b's wgmma kernel
-      // on an H200 (wgmma_tiles), with the window's left edge inside the first 64-key tile of the longest.
-      {"seqused_30seq_window_wgmma_wave_d128", 16, 4, 128, DType::bf16, std::vector<int32_t>(30, 1),
-       std::vector<int32_t>(30, 8300), {8300, 0, 1, 63, 64, 65, 8193, 8300, 5000, 8299, 127, 128, 129, 4097, 8300,
-       2, 8250, 8251, 8252, 300, 7000, 8300, 1000, 8192, 8191, 3, 6666, 8300, 4096, 8000}, false, false, 8250, -1, 0, Alibi::none},
   };
   return v;
 }

@@ -78,14 +78,12 @@ template <> struct Type<__half> { static constexpr const char* name = "f16"; };
 template <> struct Type<__nv_bfloat16> { static constexpr const char* name = "bf16"; };
 
 // The operand lists are long and regular: 8 accumulators per macro.
-#define FL_ACC4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define FL_ACC8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), \
                    "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 #define FL_ACC16(i) FL_ACC8(i), FL_ACC8(i + 8)
 #define FL_ACC32(i) FL_ACC16(i), FL_ACC16(i + 16)
 #define FL_ACC64(i) FL_ACC32(i), FL_ACC32(i + 32)
 #define FL_ACC88(i) FL_ACC64(i), FL_ACC16(i + 64), FL_ACC8(i + 80)
-#define FL_REGS4 "{%0, %1, %2, %3}"
 #define FL_REGS16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define FL_REGS32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
                   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -180,33 +178,5 @@ FL_WGMMA_RS(32, FL_REGS16, FL_ACC16(0), 16, 17, 18, 19, 20, 21)
 FL_WGMMA_RS(64, FL_REGS32, FL_ACC32(0), 32, 33, 34, 35, 36, 37)
 // dQ_i = dS_ij K_j in step 09b: one panel of 64 columns of dQ_i per instruction.
 FL_WGMMA_SS_TT(64, FL_REGS32, FL_ACC32(0), 32, 33, 34)
-
-/// D[64][N] += A[64][16] · B[16][N], A from shared memory MN-major (transposed: M contiguous), B from
-/// shared memory K-major. Step 10b's decode kernel on wgmma: O_iᵀ += V_jᵀ P̃_ijᵀ, with V_j stored
-/// [keys][d] (M = d contiguous) and P̃_ij stored [rows][keys] (K = keys contiguous).
-template <class T, int N>
-__device__ __forceinline__ void mma_ss_ta(float (&d)[N / 2], uint64_t a, uint64_t b, bool accumulate);
-
-#define FL_WGMMA_SS_TA(N, REGS, ACC, NA, NB, NS)                                                     \
-  template <>                                                                                       \
-  __device__ __forceinline__ void mma_ss_ta<__half, N>(float(&d)[N / 2], uint64_t a, uint64_t b,    \
-                                                       bool accumulate) {                           \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #NS ", 0;\n"                                  \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 " REGS                    \
-                 ", %" #NA ", %" #NB ", p, 1, 1, 1, 0;\n}\n"                                          \
-                 : ACC : "l"(a), "l"(b), "r"(int(accumulate)));                                     \
-  }                                                                                                 \
-  template <>                                                                                       \
-  __device__ __forceinline__ void mma_ss_ta<__nv_bfloat16, N>(float(&d)[N / 2], uint64_t a,         \
-                                                              uint64_t b, bool accumulate) {        \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #NS ", 0;\n"                                  \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " REGS                  \
-                 ", %" #NA ", %" #NB ", p, 1, 1, 1, 0;\n}\n"                                          \
-                 : ACC : "l"(a), "l"(b), "r"(int(accumulate)));                                     \
-  }
-
-// Step 10b's decode tiles of at most 8 rows: S_ijᵀ = K_j Q_iᵀ and O_iᵀ += V_jᵀ P̃_ijᵀ with N = 8.
-FL_WGMMA_SS(8, FL_REGS4, FL_ACC4(0), 4, 5, 6)
-FL_WGMMA_SS_TA(8, FL_REGS4, FL_ACC4(0), 4, 5, 6)
 
 }  // namespace fl::wgmma
