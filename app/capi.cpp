@@ -35,11 +35,13 @@ struct Variants {
   const int32_t* cu_q_dev = nullptr;
   const int32_t* cu_k_dev = nullptr;
   const int32_t* used_k_dev = nullptr;
+  std::string refused;  // a setter's bad arguments (they return nothing): the next call refuses them
 };
 thread_local Variants g_var;
 
 fl::Problem make(int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64_t d, int causal, double scale,
                  int dtype) {
+  if (!g_var.refused.empty()) throw fl::Error(g_var.refused + " (fl_reset_variants() clears it)");
   fl::Problem p;
   p.B = B; p.H = H; p.H_kv = H_kv; p.Nq = Nq; p.Nk = Nk; p.d = d;
   p.causal = causal != 0;
@@ -76,18 +78,39 @@ Args with_variants(Args a) {
   return a;
 }
 
-std::vector<int32_t> host_copy(int n, const int32_t* x) {
-  return n > 0 && x ? std::vector<int32_t>(x, x + n) : std::vector<int32_t>();
+// n values of the host array x (n = 0: none). A negative n, or a null x with n > 0, used to read as
+// "off" and left the packed buffers to be read as padded ones: now the next call refuses it.
+std::vector<int32_t> host_copy(const char* setter, const char* name, int n, const int32_t* x) {
+  if (n < 0 || (n > 0 && !x)) {
+    if (g_var.refused.empty())
+      g_var.refused = std::string(setter) + ": " +
+                      (n < 0 ? "n = " + std::to_string(n) + " is not allowed: it must be 0 (off) or the number of values"
+                             : std::string("its host array ") + name + " is null with n = " + std::to_string(n));
+    return {};
+  }
+  return n > 0 ? std::vector<int32_t>(x, x + n) : std::vector<int32_t>();
+}
+
+// Before a launch: every tensor the step reads or writes is named if its pointer is null (the kernel
+// would fault, and a fault ends the CUDA context of the whole process).
+void require_pointers(std::initializer_list<std::pair<const char*, const void*>> tensors) {
+  for (auto [name, ptr] : tensors)
+    if (!ptr) throw fl::Error(std::string(name) + " is a null pointer: it must be device memory of the problem's size");
+}
+void require_workspace(const void* ws, size_t bytes) {
+  if (!ws && bytes > 0)
+    throw fl::Error("ws is a null pointer, and this call needs " + std::to_string(bytes) +
+                    " bytes of workspace (fl_workspace_bytes says how many)");
 }
 
 // Before a launch: without a device every launch fails in the runtime's own words ("CUDA driver
 // version is insufficient ..." when no driver is installed); say it as the program does (common/cuda.cuh).
-void require_device(const fl::Step& s) {
+void require_device(const std::string& what) {
   static const std::string no_gpu = [] {
     std::string why;
     return fl::gpu_device(&why) ? std::string() : why;
   }();
-  if (!no_gpu.empty()) throw fl::Error("step " + s.folder + " runs on the GPU: no GPU here: " + no_gpu);
+  if (!no_gpu.empty()) throw fl::Error(what + " runs on the GPU: no GPU here: " + no_gpu);
 }
 
 // launch: the call runs the step (fl_forward, fl_backward), so a missing device is said before its limits,
@@ -96,7 +119,7 @@ const fl::Step& step_or_throw(const char* name, const fl::Problem& p, bool backw
   const fl::Step* s = fl::find_step(name ? name : "");
   if (!s) throw fl::Error(std::string("unknown step '") + (name ? name : "") + "'");
   if (!s->gpu()) throw fl::Error("step " + s->folder + " runs on the CPU; this entry point takes device pointers");
-  if (launch) require_device(*s);
+  if (launch) require_device("step " + s->folder);
   std::string why = s->refusal(p);
   if (!why.empty()) throw fl::Error(why);
   if (backward && !s->has_backward()) throw fl::Error("step " + s->folder + " has no backward pass");
@@ -161,14 +184,14 @@ void fl_set_alibi(int mode, const float* slopes) {
 /// the caller, holding the same values). n = 0 turns it off. B, Nq, Nk of later calls are then the
 /// number of sequences and the longest a sequence may be.
 void fl_set_varlen(int n, const int32_t* cu_q, const int32_t* cu_k, const int32_t* cu_q_dev, const int32_t* cu_k_dev) {
-  g_var.cu_q = host_copy(n, cu_q);
-  g_var.cu_k = host_copy(n, cu_k);
+  g_var.cu_q = host_copy("fl_set_varlen", "cu_q", n, cu_q);
+  g_var.cu_k = host_copy("fl_set_varlen", "cu_k", n, cu_k);
   g_var.cu_q_dev = cu_q_dev;
   g_var.cu_k_dev = cu_k_dev;
 }
 /// Keys used per sequence (n = B values, host array copied, device copy passed to the step); n = 0: off.
 void fl_set_seqused_k(int n, const int32_t* used, const int32_t* used_dev) {
-  g_var.used_k = host_copy(n, used);
+  g_var.used_k = host_copy("fl_set_seqused_k", "used", n, used);
   g_var.used_k_dev = used_dev;
 }
 void fl_reset_variants() { g_var = Variants{}; }
@@ -189,8 +212,11 @@ int fl_forward(const char* step, int64_t B, int64_t H, int64_t H_kv, int64_t Nq,
                void* stream) {
   return guarded([&] {
     fl::Problem p = make(B, H, H_kv, Nq, Nk, d, causal, scale, dtype);
+    require_pointers({{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"lse", lse}});
     const fl::Step& s = step_or_throw(step, p, false, true);
-    in_step(s, [&] { s.impl->forward(p, with_variants(fl::ForwardArgs{q, k, v, o, lse, ws, stream})); });
+    in_step(s, [&] {
+      require_workspace(ws, s.impl->workspace_bytes(p));
+      s.impl->forward(p, with_variants(fl::ForwardArgs{q, k, v, o, lse, ws, stream})); });
   });
 }
 
@@ -199,7 +225,10 @@ int fl_forward(const char* step, int64_t B, int64_t H, int64_t H_kv, int64_t Nq,
 /// point beside the steps: the time any kernel of this shape needs for the call's bytes.
 int fl_read_stream(const void* k, const void* v, int64_t heads, int64_t n, int64_t row_bytes, int64_t blocks,
                    void* stream) {
-  return guarded([&] { fl::read_stream(k, v, heads, n, row_bytes, blocks, stream); });
+  return guarded([&] {
+    require_device("fl_read_stream");
+    fl::read_stream(k, v, heads, n, row_bytes, blocks, stream);
+  });
 }
 
 int fl_backward(const char* step, int64_t B, int64_t H, int64_t H_kv, int64_t Nq, int64_t Nk, int64_t d, int causal,
@@ -207,8 +236,11 @@ int fl_backward(const char* step, int64_t B, int64_t H, int64_t H_kv, int64_t Nq
                 const void* dO, void* dq, void* dk, void* dv, void* ws, void* stream) {
   return guarded([&] {
     fl::Problem p = make(B, H, H_kv, Nq, Nk, d, causal, scale, dtype);
+    require_pointers({{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"lse", lse}, {"dO", dO}, {"dq", dq}, {"dk", dk}, {"dv", dv}});
     const fl::Step& s = step_or_throw(step, p, true, true);
-    in_step(s, [&] { s.impl->backward(p, with_variants(fl::BackwardArgs{q, k, v, o, lse, dO, dq, dk, dv, ws, stream})); });
+    in_step(s, [&] {
+      require_workspace(ws, s.impl->backward_workspace_bytes(p));
+      s.impl->backward(p, with_variants(fl::BackwardArgs{q, k, v, o, lse, dO, dq, dk, dv, ws, stream})); });
   });
 }
 

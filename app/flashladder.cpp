@@ -40,8 +40,11 @@ int main(int argc, char** argv) {
     a.add_flag("--no-check", lad.no_check, "Skip the oracle check (for problems too large for the CPU oracle)");
     a.add_flag("--require-gpu", lad.require_gpu,
                "A GPU step that cannot run here is a failure (also FLASHLADDER_REQUIRE_GPU=1)");
-    a.add_option("--reps", lad.time.reps, "Timed repetitions; the median is reported")->capture_default_str();
-    a.add_option("--warmup", lad.time.warmup, "Untimed warm-up repetitions")->capture_default_str();
+    // Bounded: --warmup 2147483647 wrapped warmup + reps negative, timed nothing and reported 0 ms.
+    a.add_option("--reps", lad.time.reps, "Timed repetitions; the median is reported")
+        ->capture_default_str()->check(CLI::Range(1, fl::kMaxReps));
+    a.add_option("--warmup", lad.time.warmup, "Untimed warm-up repetitions")
+        ->capture_default_str()->check(CLI::Range(0, fl::kMaxReps));
   };
   add_ladder_options(app);
 
@@ -75,8 +78,9 @@ int main(int argc, char** argv) {
   bench->add_option("--headline-dtypes", bench_types, "Storage types of the headline problem")->delimiter(',')->capture_default_str();
   bench->add_option("--sweep-steps", bench_o.sweep_steps, "Steps timed over the FA2 sweep (default none)");
   bench->add_flag("!--no-sweep-cublas", bench_o.sweep_cublas, "Skip cuBLAS standard attention in the sweep");
-  bench->add_option("--reps", bench_o.time.reps, "Timed repetitions")->capture_default_str();
-  bench->add_option("--warmup", bench_o.time.warmup, "Warm-up repetitions")->capture_default_str();
+  bench->add_option("--reps", bench_o.time.reps, "Timed repetitions")->capture_default_str()->check(CLI::Range(1, fl::kMaxReps));
+  bench->add_option("--warmup", bench_o.time.warmup, "Warm-up repetitions")
+      ->capture_default_str()->check(CLI::Range(0, fl::kMaxReps));
 
   // The oracle for other implementations (app/oracle_cmd.cpp).
   CLI::App* oracle = app.add_subcommand("oracle", "Golden files for other implementations, and the check of theirs");
@@ -164,9 +168,12 @@ int main(int argc, char** argv) {
     } catch (const std::bad_alloc&) {
       // The host side (inputs, the fp64 oracle) needs memory too; a problem too large for it is bad
       // input, not a crash.
-      std::cerr << "flashladder: error: out of host memory: the problem's host buffers (inputs, outputs and, "
-                   "when checked, the fp64 oracle) do not fit in this machine's memory; choose a smaller "
-                   "problem or --no-check\n";
+      // --no-check was suggested to a run that had it (step 01 keeps the N × N scores: 4 TiB at N = 2^20).
+      const bool unchecked = !*check && !*bench && lad.no_check;
+      std::cerr << "flashladder: error: out of host memory: the problem's host buffers (inputs, outputs, "
+                << (unchecked ? "a CPU step's scores, N x N in step 01" : "when checked, the fp64 oracle")
+                << ") do not fit in this machine's memory; choose a smaller problem"
+                << (unchecked || *check ? "" : " or --no-check") << "\n";
       return 2;
     } catch (const std::exception& e) {
       std::cerr << "flashladder: error: " << e.what() << "\n";

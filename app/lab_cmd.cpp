@@ -218,10 +218,15 @@ int lab_new(const std::string& step, const std::string& dir_s, bool solution, co
     throw Error("step " + s->folder + " has no exercise (no // LAB:BEGIN marks in its source); the exercises are steps " +
                 exercises_text());
   if (!mutation.empty()) text = apply_mutation(text, mutation);
+  if (dir_s.empty()) throw Error("lab new: the folder is empty text; name a new folder for the exercise");
   const fs::path dir(dir_s);
-  if (fs::exists(dir) && !fs::is_empty(dir) && !force)
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw Error(dir.string() + " exists and is not a folder; name a new folder for the exercise");
+  if (fs::exists(dir, ec) && !fs::is_empty(dir, ec) && !force)
     throw Error(dir.string() + " exists and is not empty; choose a new folder (or --force to overwrite its files)");
-  fs::create_directories(dir);
+  fs::create_directories(dir, ec);
+  if (ec) throw Error("cannot make the folder " + dir.string() + ": " + ec.message());
   fs::remove_all(dir / "build");  // a stale build of another step must not be reused
   write_text(dir / src.filename(), text);
 
@@ -270,6 +275,7 @@ int lab_new(const std::string& step, const std::string& dir_s, bool solution, co
 }
 
 int lab_check(const std::string& dir_s) {
+  if (dir_s.empty()) throw Error("lab check: the folder is empty text; name the exercise's folder (made by 'flashladder lab new')");
   const fs::path dir = fs::absolute(dir_s);
   const fs::path cml = dir / "CMakeLists.txt";
   if (!fs::exists(cml)) throw Error(dir.string() + " is not an exercise folder (no CMakeLists.txt); make one with 'flashladder lab new STEP " + dir_s + "'");

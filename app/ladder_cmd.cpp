@@ -110,7 +110,14 @@ void decimal_integers(CLI::App& app) {
   for (CLI::Option* o : app.get_options()) {
     const std::string type = o->get_type_name();  // "INT", "UINT", then ":validator" descriptions
     const std::string base = type.substr(0, type.find(':'));
-    if (o->get_type_size() == 0 || (base != "INT" && base != "UINT")) continue;  // a flag, or not an integer
+    if (o->get_type_size() == 0) continue;  // a flag
+    // An empty value is not a number: -B "" read as B = 0, --seqused-k "" as one 0, --scale "" and
+    // --softcap "" were dropped without a word.
+    if (base == "INT" || base == "UINT" || base == "FLOAT" || o->get_name() == "--alibi")
+      o->transform(CLI::Validator(
+          [](std::string& s) -> std::string { return s.empty() ? "an empty value is not allowed: give a value" : ""; },
+          ""));
+    if (base != "INT" && base != "UINT") continue;  // not an integer
     // Before every other validator (a range converts the text too): leading zeros of a decimal number
     // are dropped, so 010 is 10. 0x.. and 0b.. are left to CLI11: a prefix says its base.
     o->transform(CLI::Validator(
@@ -271,6 +278,7 @@ double eigen_gemm_gflops(int n, const TimeOptions& opt, Stats* st) {
     c.noalias() = a * b;
     if (it >= opt.warmup) ms.push_back(w.ms());
     if (it >= opt.warmup + 4 && total.ms() > 1000 * opt.max_seconds) break;
+    if (it < opt.warmup - 1 && total.ms() > 1000 * opt.max_seconds) it = opt.warmup - 1;  // as time_step
   }
   *st = summarize(ms);
   return 2.0 * n * double(n) * n / (st->median_ms * 1e-3) / 1e9;
@@ -317,6 +325,18 @@ int run_ladder(const LadderOptions& o) {
   std::vector<int64_t> Ns = o.sweep;
   for (int64_t n : Ns)
     if (n < 1) throw Error("--sweep: sequence length " + std::to_string(n) + " is not allowed; it must be >= 1");
+  // Every point is judged before any is run (a bad one used to stop the sweep half-way with exit 1, or
+  // a packed batch's points were dropped or run as its longest sequence).
+  if (!Ns.empty() && (base.varlen() || !base.seqused_k.empty()))
+    throw Error(std::string("--sweep sets Nq = Nk = N: it cannot sweep a problem with ") +
+                (base.varlen() ? "--cu-seqlens-q/--cu-seqlens-k (each sequence's length is given)"
+                               : "--seqused-k (the keys each sequence uses are given)"));
+  for (int64_t n : Ns) {
+    Problem p = base;
+    p.Nq = p.Nk = n;
+    const std::string why = p.invalid_reason();
+    if (!why.empty()) throw Error("--sweep point N = " + std::to_string(n) + ": " + why);
+  }
 
   std::string gpu_why;
   const bool have_gpu = gpu_device(&gpu_why).has_value();

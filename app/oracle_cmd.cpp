@@ -70,6 +70,12 @@ int oracle_check(const std::string& golden_dir, const std::string& candidate_dir
 int run_on_files(const std::string& step_name, const std::string& in_dir, const std::string& out_dir, bool backward) {
   const Step* s = find_step(step_name);
   if (!s) throw Error("unknown step '" + step_name + "'; see 'flashladder steps'");
+  // A golden folder holds the oracle's o.npy, lse.npy (…): the step's outputs would replace them (run
+  // --in g --out g did, and the set then failed its own check).
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::path(out_dir) / "manifest.json", ec))
+    throw Error("--out " + out_dir + " holds a golden set (manifest.json): the step's outputs would replace the "
+                "oracle's; write them to another folder");
   const golden::Manifest m = golden::read_manifest(in_dir);
   Inputs in = golden::read_inputs(in_dir, m);
   // CPU steps compute in fp32; fp16 and bf16 inputs are exact in fp32, so they run on the very

@@ -88,6 +88,11 @@ void read_stream(const void* k, const void* v, int64_t heads, int64_t n, int64_t
   if (row_bytes < 16 || row_bytes > kMaxRowBytes || row_bytes % 16 != 0)
     throw Error("read_stream: a row of " + std::to_string(row_bytes) + " bytes must be a multiple of 16 from 16 to " +
                 std::to_string(kMaxRowBytes) + " (d ≤ 256 at 16 bits)");
+  // n near 2^63 overflowed (n + kRows − 1) below before any size was judged: a tensor is bounded first.
+  constexpr int64_t kMaxBytes = int64_t(1) << 40;
+  if (n > kMaxBytes / row_bytes || heads > kMaxBytes / (n * row_bytes))
+    throw Error("read_stream: heads × n × row_bytes = " + std::to_string(heads) + " × " + std::to_string(n) + " × " +
+                std::to_string(row_bytes) + " bytes exceeds 2^40 bytes (1 TiB) a tensor");
   if (reinterpret_cast<uintptr_t>(k) % 16 != 0 || reinterpret_cast<uintptr_t>(v) % 16 != 0)
     throw Error("read_stream: K and V must be 16-byte aligned (the copies move 16 bytes)");
   const int64_t tiles = (n + kRows - 1) / kRows;

@@ -42,6 +42,7 @@
 #include <thread>
 
 #include "app/record.hpp"
+#include "app/runner.hpp"
 #include "reference/verify.hpp"
 #include "steps/11_ring_attention/plan.hpp"
 #include "steps/11_ring_attention/ring.hpp"
@@ -78,8 +79,9 @@ CLI::App* add_ring_command(CLI::App& app, RingOptions& o) {
   c->add_flag("--bitwise-local", o.bitwise_local,
               "With --gpus 1 --layout contiguous: also run the local steps on the whole problem and require "
               "bit-for-bit equal outputs");
-  c->add_option("--reps", o.reps, "Timed repetitions (0: no timing); the median is reported")->capture_default_str();
-  c->add_option("--warmup", o.warmup, "Untimed warm-up repetitions")->capture_default_str();
+  c->add_option("--reps", o.reps, "Timed repetitions (0: no timing); the median is reported")
+      ->capture_default_str()->check(CLI::Range(0, kMaxReps));
+  c->add_option("--warmup", o.warmup, "Untimed warm-up repetitions")->capture_default_str()->check(CLI::Range(0, kMaxReps));
   c->add_option("--timeout", o.timeout_s, "Seconds the whole run may take before every rank is ended")
       ->capture_default_str();
   c->add_option("--nccl-ctas", o.nccl_ctas,

@@ -99,8 +99,10 @@ Stats time_step(const Step& s, const Problem& p, bool backward, const TimeOption
     Stopwatch w;
     backward ? r.backward(in) : r.forward(in);
     if (it >= opt.warmup) ms.push_back(w.ms());
-    // Stop early on slow CPU runs, but never below 5 samples; Stats::reps records the real count.
+    // Stop early on slow CPU runs, but never below 5 samples; Stats::reps records the real count. The
+    // warm-ups stop there too (--warmup 2000000000 ran on past any limit before the first sample).
     if (it >= opt.warmup + 4 && total.ms() > 1000 * opt.max_seconds) break;
+    if (it < opt.warmup - 1 && total.ms() > 1000 * opt.max_seconds) it = opt.warmup - 1;
   }
   return summarize(ms);
 }

@@ -18,6 +18,9 @@ namespace fl {
 /// Runs the forward (and, if backward is set, the step's backward on its own O and L) once.
 Outputs run_step(const Step& s, const Inputs& in, bool backward = false);
 
+/// The most repetitions (timed or warm-up) a command takes: warmup + reps stays far inside int.
+constexpr int kMaxReps = 1000000;
+
 struct TimeOptions {
   int warmup = 3;
   int reps = 30;             // timed launches; the median of these is the figure

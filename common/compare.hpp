@@ -24,7 +24,7 @@ struct Check {
   double max_err = 0;        // max |step − oracle| over finite entries
   double baseline_err = 0;   // max |baseline − oracle|
   double tol = 0;
-  double frac = 0;           // max_err / tol: how much of the tolerance was used
+  double frac = 0;           // max_err / tol: how much of the tolerance was used; inf where a non-finite entry failed
   int64_t bad = 0;           // entries that failed (NaN, Inf, or over tol)
   int64_t nonfinite = 0;     // NaN or Inf entries where the oracle was finite
   int64_t nans = 0;          // NaN entries of the step (each one fails)

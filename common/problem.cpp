@@ -2,6 +2,8 @@
 #include "common/problem.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <sstream>
 #include <utility>
 
@@ -67,11 +69,18 @@ std::vector<int64_t> Problem::lse_shape() const {
 
 namespace {
 
+// 2^40 elements (4 TiB of fp32) per tensor keeps every index product inside int64 with room; each size,
+// and each window, is at most that too (the golden files' limit), so that no product of two overflows.
+constexpr int64_t kMaxSize = int64_t(1) << 40;
+
 // Why the variant fields of p are malformed, appended to e (the sizes B, Nq, Nk are valid here).
 void variant_reasons(const Problem& p, std::ostringstream& e) {
-  for (auto [name, w] : {std::pair{"window_left", p.window_left}, std::pair{"window_right", p.window_right}})
+  for (auto [name, w] : {std::pair{"window_left", p.window_left}, std::pair{"window_right", p.window_right}}) {
     if (w < -1)
       e << name << " = " << w << " is not allowed: it must be -1 (unbounded) or a number of keys >= 0. ";
+    else if (w > kMaxSize)  // the golden files' limit too, so that what is written can be read back
+      e << name << " = " << w << " is more than 2^40 keys, the limit: -1 is the unbounded window. ";
+  }
   if (p.softcap && !(std::isfinite(*p.softcap) && *p.softcap > 0))
     e << "softcap = " << *p.softcap << " is not allowed: it must be finite and > 0 (leave it unset for no softcap). ";
   const int64_t want = p.B + 1;
@@ -148,17 +157,22 @@ std::string Problem::invalid_reason() const {
   positive("Nq", Nq);
   positive("Nk", Nk);
   positive("d", d);
+  for (auto [name, v] : {std::pair{"B", B}, std::pair{"H", H}, std::pair{"H_kv", H_kv}, std::pair{"Nq", Nq},
+                         std::pair{"Nk", Nk}, std::pair{"d", d}})
+    if (v > kMaxSize) e << name << " = " << v << " is more than the limit 2^40. ";
   if (H >= 1 && H_kv >= 1 && H % H_kv != 0)
     e << "H = " << H << " is not a multiple of H_kv = " << H_kv
       << ": each K/V head must serve a whole number of query heads (MQA/GQA). ";
   if (scale && !(std::isfinite(*scale) && *scale > 0))
     e << "softmax scale = " << *scale << " is not allowed: it must be finite and > 0. ";
   if (e.str().empty()) variant_reasons(*this, e);
-  // 2^40 elements (4 TiB of fp32) per tensor keeps every index product inside int64 with room.
-  const int64_t kMax = int64_t(1) << 40;
   if (e.str().empty()) {
-    const double q = double(total_q()) * H * d, kv = double(total_k()) * H_kv * d;
-    if (q > double(kMax) || kv > double(kMax))
+    // In double: B · Nq of two sizes under 2^40 each wraps int64 (B = 2^62, N = 4 read as 0 elements, and
+    // the oracle then read far out of bounds).
+    const double rows_q = varlen() ? double(total_q()) : double(B) * double(Nq);
+    const double rows_k = varlen() ? double(total_k()) : double(B) * double(Nk);
+    const double q = rows_q * double(H) * double(d), kv = rows_k * double(H_kv) * double(d);
+    if (q > double(kMaxSize) || kv > double(kMaxSize))
       e << "the problem has " << (q > kv ? q : kv) << " elements in one tensor; the limit is 2^40. ";
   }
   std::string s = e.str();
@@ -189,8 +203,9 @@ double Problem::visible_pairs() const {
       const int64_t diag = i + nk - nq;
       int64_t lo = 0, hi = nk - 1;
       if (causal) hi = std::min(hi, diag);
-      if (window_right >= 0) hi = std::min(hi, diag + window_right);
-      if (window_left >= 0) lo = std::max(lo, diag - window_left);
+      // A window of nq + nk keys or more masks nothing on its side (and diag ± it could overflow).
+      if (window_right >= 0 && window_right < nq + nk) hi = std::min(hi, diag + window_right);
+      if (window_left >= 0 && window_left < nq + nk) lo = std::max(lo, diag - window_left);
       if (hi >= lo) pairs += double(hi - lo + 1);
     }
   }

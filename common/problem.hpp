@@ -128,10 +128,12 @@ struct Problem {
   std::vector<int64_t> lse_shape() const;
 
   /// Visibility of key j to query i with diagonal diag = i + Nk − Nq (FlashAttention's bottom-right
-  /// alignment): causal, then the window, intersected.
+  /// alignment): causal, then the window, intersected. The distances diag − j and j − diag are
+  /// compared with the window, not diag ∓ window with j: a window of 2^63 − 1 keys is unbounded, not an
+  /// overflow that masked visible keys (it did, in the oracle and the CPU steps alike).
   bool visible_diag(int64_t diag, int64_t j) const {
-    return (!causal || j <= diag) && (window_left < 0 || j >= diag - window_left) &&
-           (window_right < 0 || j <= diag + window_right);
+    return (!causal || j <= diag) && (window_left < 0 || diag - j <= window_left) &&
+           (window_right < 0 || j - diag <= window_right);
   }
   /// Visibility in a problem whose sequences all have Nq queries and Nk keys (no varlen, no seqused_k).
   bool visible(int64_t i, int64_t j) const { return visible_diag(i + Nk - Nq, j); }

@@ -381,9 +381,17 @@ Manifest generate(const Problem& p, uint64_t seed, const std::string& dir, Input
 
 Manifest read_manifest(const std::string& dir) {
   const std::string where = (fs::path(dir) / "manifest.json").string();
+  std::error_code ec;
+  if (fs::exists(where, ec) && !fs::is_regular_file(where, ec))  // a folder read as "basic_filebuf::underflow"
+    throw Error(where + ": not a regular file (is " + dir + " a folder made by 'flashladder oracle generate'?)");
   std::ifstream f(where);
   if (!f) throw Error(where + ": cannot be opened (is " + dir + " a folder made by 'flashladder oracle generate'?)");
-  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string text;
+  try {
+    text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  } catch (const std::exception& e) {
+    throw Error(where + ": read failed: " + e.what());
+  }
   if (f.bad()) throw Error(where + ": read failed");
   return parse_manifest_text(text, where);
 }

@@ -286,14 +286,13 @@ Mat<float> baseline_scores(const Inputs& in, int64_t b, int64_t h, Range r, Rang
   Mat<float> S = float(p.softmax_scale()) * (Q * K.transpose());
   round_mat(p.dtype, S);
   if (p.softcap) {
+    // Eigen's (vectorised) tanh, as a plain fp32 implementation and steps 01–02 compute it: std::tanh
+    // here was more exact than the steps, and a row that sees one key (baseline error ~0) failed
+    // correct steps by ~2 ulp (check -N 1 --softcap 30 --steps 01,02: 8 of 30 seeds).
     const float cap = float(*p.softcap);
-    if (T) T->resize(r.n(), c.n());
-    for (int64_t i = 0; i < r.n(); ++i)
-      for (int64_t j = 0; j < c.n(); ++j) {
-        const float t = std::tanh(S(i, j) / cap);
-        if (T) (*T)(i, j) = t;
-        S(i, j) = cap * t;
-      }
+    const Mat<float> t = (S / cap).array().tanh().matrix();
+    if (T) *T = t;
+    S = cap * t;
     round_mat(p.dtype, S);
   }
   if (p.alibi != Alibi::none) {

@@ -9,6 +9,10 @@ only, so it runs on any Python 3.9+):
   need_torch(name, doc) the torch scripts' --help without PyTorch, and a one-line refusal for the rest
   run_main(name, main) how every script runs: an unreadable or unwritable file, text that is not UTF-8 and
                        output that never reached stdout end it with one line and exit 2, not a traceback
+  library_main(name, doc) a module of scripts/ that is imported, not run (this one, variants_torch.py):
+                       run alone, --help prints its docstring and anything else says it is a library
+
+Run alone, this file only answers --help (it is a library).
 
 The records' fields are those of app/record.hpp: impl, pass, dtype, B, H, H_kv, Nq, Nk, d, causal,
 median_ms, min_ms, p90_ms, tflops, tol_used, device, sm_count, cuda, driver, commit, date (and, from
@@ -210,6 +214,16 @@ def need_torch(name: str, doc: str) -> None:
         sys.exit(f"{name}: needs PyTorch (with CUDA, on the GPU machine): {e}")
 
 
+def library_main(name: str, doc: str) -> None:
+    """For a module of scripts/ that the other scripts import: run as a program, --help prints its
+    docstring (exit 0), and anything else (nothing included) says it is a library, on stderr (exit 2)."""
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        sys.exit(run_main(name, lambda: print((doc or "").strip()) or 0))
+    print(f"{name}: a library that the other scripts import, not a program: nothing to run "
+          f"(--help says what it holds)", file=sys.stderr)
+    sys.exit(2)
+
+
 def read_jsonl(path: str, refuse):
     """(where, record) for each non-blank line of a JSON-lines file, where = "path:line". A file that
     cannot be read, a line that is not JSON or not a JSON object goes to refuse(message), which must
@@ -383,3 +397,7 @@ def diff_u(old: str, new: str, labels: tuple[str, str] | None = None):
             paths.append(p)
         label_args = ["--label", labels[0], "--label", labels[1]] if labels else ["--label", old, "--label", new]
         return subprocess.run(["diff", "-u", *label_args, *paths], capture_output=True, text=True)
+
+
+if __name__ == "__main__":
+    library_main("fl_results.py", __doc__)

@@ -101,7 +101,7 @@ def block(root: str) -> str:
         lines.append(f"GPU: {view.device} ({e.get('sm_count')} SMs), CUDA {e.get('cuda') or '?'}, driver "
                      f"{e.get('driver') or '?'} · problem: {flr.problem_text()} (backward rows: its backward pass) · "
                      f"{flr.FLOP_CONVENTION} · "
-                     f"times are medians{f' of {reps} launches' if reps else ''} · results of commit "
+                     f"GPU times are medians{f' of {reps} launches' if reps else ''} · results of commit "
                      f"{e.get('commit')}, {e.get('date')}, in `{e.get('_file')}`"
                      + "".join(f"; the rows of {', '.join(impls)} from commit {c}, `{f}`"
                                for (f, c), impls in other_runs(view.rows, e).items())
@@ -112,7 +112,13 @@ def block(root: str) -> str:
     cpu = [r for r in view.cpu_rows.values()]
     if cpu:
         devs = sorted({r.get("device", "?") for r in cpu})
-        lines.append(f"CPU rows: {', '.join(devs)}, fp32 (the CPU steps' storage type), same shape.")
+        runs: dict = {}
+        for r in cpu:
+            runs.setdefault((r.get("_file"), r.get("commit"), r.get("date"), r.get("reps")), []).append(r.get("impl"))
+        lines.append(f"CPU rows: {', '.join(devs)}, fp32 (the CPU steps' storage type), same shape; "
+                     + "; ".join(f"{', '.join(sorted(str(i) for i in impls))}: medians"
+                                 f"{f' of {reps} runs' if reps else ''}, commit {c}, {d}, in `{f}`"
+                                 for (f, c, d, reps), impls in sorted(runs.items(), key=str)) + ".")
     lines.append(END)
     return "\n".join(lines)
 

@@ -13,7 +13,15 @@ the softcap and the ALiBi bias apply:
 """
 from __future__ import annotations
 
-import torch
+import os
+import sys
+
+if __name__ == "__main__":  # a library (compare_variants.py and a test import it): run alone, it says so
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import fl_results
+    fl_results.library_main("variants_torch.py", __doc__)
+
+import torch  # noqa: E402
 
 
 def mask_mod(Nq: int, Nk: int, causal: bool, window: tuple[int, int] | None = None):

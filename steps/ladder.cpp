@@ -1,7 +1,9 @@
 // flashladder — steps/ladder.cpp: THE list of steps. One entry per step folder, in ladder order.
 #include "steps/ladder.hpp"
 
+#include <limits>
 #include <sstream>
+#include <utility>
 
 #ifdef FLASHLADDER_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -238,6 +240,17 @@ std::string variant_text(unsigned bit, const Problem& p) {
 std::string Step::why_not(const Problem& p) const {
   std::string why = p.invalid_reason();
   if (!why.empty()) return "invalid problem: " + why;
+  // Every step takes the scale and the softcap in fp32 (the oracle, in double, takes more): 1e39 became
+  // inf there (a softcap's outputs all NaN, and `run` exited 0), 1e-46 became 0.
+  auto fp32_normal = [](double x) {
+    return x >= double(std::numeric_limits<float>::min()) && x <= double(std::numeric_limits<float>::max());
+  };
+  for (auto [name, x] : {std::pair{"softmax scale", p.scale}, std::pair{"softcap", p.softcap}})
+    if (x && !fp32_normal(*x)) {
+      std::ostringstream s;
+      s << "takes the " << name << " in fp32, which holds 1.18e-38 to 3.4e38, not " << *x;
+      return s.str();
+    }
   if (!supports_dtype(p.dtype))
     return std::string("does not support storage type ") + dtype_name(p.dtype) + "; it supports " + dtypes_text();
   if (!supports_d(p.d))

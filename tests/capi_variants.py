@@ -72,6 +72,29 @@ lib.fl_set_seqused_k(2, ints(64, 65), FAKE_DEVICE)
 refused("seqused_k past the keys", "seqused_k[1] = 65 is more than the 64 keys sequence 1 holds (Nk)")
 lib.fl_set_seqused_k(2, ints(64, 60), None)
 refused("seqused_k without its device copy", "fl_set_seqused_k: its device copy (used_dev) is null")
+# A setter's bad arguments read as "off" (the packed buffers then read as padded ones): the next call
+# refuses them, and fl_reset_variants() clears the refusal.
+lib.fl_set_varlen(3, None, None, FAKE_DEVICE, FAKE_DEVICE)
+refused("varlen without host offsets", "fl_set_varlen: its host array cu_q is null with n = 3")
+lib.fl_set_varlen(-3, ints(0, 40, 64), ints(0, 30, 64), FAKE_DEVICE, FAKE_DEVICE)
+refused("varlen n = -3", "fl_set_varlen: n = -3 is not allowed: it must be 0 (off) or the number of values")
+lib.fl_set_seqused_k(2, None, FAKE_DEVICE)
+refused("seqused_k without its host values", "fl_set_seqused_k: its host array used is null with n = 2")
+# Null tensors are named before any launch (a kernel's fault would end the process's CUDA context).
+lib.fl_forward.argtypes = ([ctypes.c_char_p] + [ctypes.c_int64] * 6 + [ctypes.c_int, ctypes.c_double, ctypes.c_int]
+                           + [ctypes.c_void_p] * 7)
+lib.fl_backward.argtypes = ([ctypes.c_char_p] + [ctypes.c_int64] * 6 + [ctypes.c_int, ctypes.c_double, ctypes.c_int]
+                            + [ctypes.c_void_p] * 11)
+F = FAKE_DEVICE
+for what, call, words in (
+        ("forward, null o", lambda: lib.fl_forward(b"05", 2, 4, 4, 64, 64, 64, 0, 0.0, 1, F, F, F, None, F, F, None),
+         "o is a null pointer: it must be device memory of the problem's size"),
+        ("backward, null dk", lambda: lib.fl_backward(b"09", 2, 4, 4, 64, 64, 64, 0, 0.0, 1, F, F, F, F, F, F, F, None,
+                                                      F, F, None), "dk is a null pointer")):
+    rc = call()
+    err = lib.fl_last_error().decode()
+    if rc != 1 or words not in err:
+        failures.append(f"{what}: returned {rc}, error {err!r}; wanted {words!r}")
 # The problem's own arguments (the audit's): a dtype other than 0, 1, 2 was bf16, a NaN scale the default.
 for what, args, words in (("dtype 7", (7, 0.0), "dtype 7 is not 0 (fp32), 1 (fp16) or 2 (bf16)"),
                           ("scale nan", (1, float("nan")), "softmax scale = nan is not allowed")):
@@ -84,4 +107,4 @@ if workspace() != base:
 if failures:
     print("capi_variants: FAILED\n  " + "\n  ".join(failures))
     sys.exit(1)
-print("capi_variants: ok (15 refusals, each naming its field)")
+print("capi_variants: ok (20 refusals, each naming its field)")

@@ -66,6 +66,10 @@ if(FL_TESTS_PYTHON3)
   # outputs) and with the golden answers themselves as the candidate.
   fl_broken(o_nan o_nan ${G}/run01 "o.npy: the golden set is broken: entry 3 is nan")
   fl_broken(o_nan_self o_nan ${G}/golden "o.npy: the golden set is broken: entry 3 is nan")
+  # A scale fp32 cannot hold ran `run` to outputs of NaN with exit 0: every step refuses it by the limit.
+  fl_cli_exit(run_scale_over_fp32 2 "step 02_cpu_online_softmax: takes the softmax scale in fp32, which holds 1.18e-38 to 3.4e38, not 1e\\+308"
+              run --step 02 --in ${G}/broken/scale_huge --out ${G}/scale_huge_out)
+  set_tests_properties(cli.run_scale_over_fp32 PROPERTIES FIXTURES_REQUIRED "fl_golden;fl_golden_broken")
 else()
   add_test(NAME cli.golden_broken_setup COMMAND ${CMAKE_COMMAND} -E echo "skipped: python3 not found")
   set_tests_properties(cli.golden_broken_setup PROPERTIES SKIP_REGULAR_EXPRESSION "skipped: python3 not found")
@@ -90,3 +94,29 @@ endif()
 fl_cli_exit(oracle_check_columns 1 "o    FAIL +[0-9.e+-]+ +[0-9.e+-]+ +[0-9.e+]+% +0 +0  \\(0, 0,"
             oracle check --golden ${G}/golden --candidate ${G}/other)
 set_tests_properties(cli.oracle_check_columns PROPERTIES FIXTURES_REQUIRED "fl_golden;fl_golden_other")
+
+# --- The audit of 2026-11-29 (afternoon): sizes, windows, repetitions, sweeps, empty values ---------
+# B · Nq wrapped int64 to 0 and passed the 2^40 limit; the oracle then read far out of bounds (exit 139).
+fl_cli_exit(batch_times_n_wraps 2 "B = 4611686018427387904 is more than the limit 2\\^40"
+            check --steps 01 -B 4611686018427387904 -N 4 -H 1 -d 1)
+# diag ± window overflowed and masked visible keys in the oracle and the CPU steps alike: check passed.
+fl_cli_exit(window_huge 2 "window_left = 9223372036854775807 is more than 2\\^40 keys, the limit: -1 is the unbounded window"
+            check --steps 01 -B 1 -H 1 -N 8 -d 16 --window 9223372036854775807,0)
+# warmup + reps wrapped negative: nothing was timed, and the row said 0 ms and inf TFLOP/s.
+fl_cli_exit(warmup_too_many 2 "--warmup: Value 2147483647 not in range 0 to 1000000" --steps 01 -N 16 --reps 1 --warmup 2147483647)
+fl_cli_exit(reps_zero 2 "--reps: Value 0 not in range 1 to 1000000" --steps 01 -N 16 --reps 0)
+# Every sweep point is judged first; a packed batch or seqused_k cannot be swept (Nq = Nk = N).
+fl_cli_exit(sweep_varlen 2 "--sweep sets Nq = Nk = N: it cannot sweep a problem with --cu-seqlens-q"
+            --steps 01 -H 1 -d 8 --cu-seqlens-q 0,4,8 --cu-seqlens-k 0,4,8 --sweep 2,16 --reps 1 --warmup 0)
+fl_cli_exit(sweep_point_too_big 2 "--sweep point N = 2000000000000: Nq = 2000000000000 is more than the limit 2\\^40"
+            --steps 01 -B 1 -H 1 -d 8 --sweep 16,2000000000000 --reps 1 --warmup 0)
+# An empty value is not a number (-B "" read as B = 0; --seqused-k "" as one 0, which masked every key):
+# a script, since a CMake list cannot carry an empty argument.
+add_test(NAME cli.empty_values COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/empty_values.sh $<TARGET_FILE:flashladder>)
+# run --out on a golden folder replaced the oracle's o.npy, lse.npy with the step's.
+fl_cli_exit(run_over_golden 2 "holds a golden set \\(manifest.json\\): the step's outputs would replace the oracle's"
+            run --step 01 --in ${G}/golden --out ${G}/golden)
+set_tests_properties(cli.run_over_golden PROPERTIES FIXTURES_REQUIRED fl_golden)
+if(EXISTS /dev/full)
+  fl_cli_exit(lab_new_not_a_folder 2 "/dev/full exists and is not a folder" lab new 02 /dev/full)
+endif()

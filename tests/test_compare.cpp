@@ -41,7 +41,13 @@ TEST(Compare, NaNAlwaysFails) {
     Check c = compare("O", got, ref8(), base8(), dims, DType::f16, 1);
     EXPECT_FALSE(c.pass) << "NaN at " << n << " passed";
     EXPECT_EQ(c.nonfinite, 1);
+    EXPECT_TRUE(std::isinf(c.frac)) << "NaN at " << n << ": " << c.summary();  // not the finite entries' share
   }
+  // All NaN used to report 0% of the tolerance used (the share of no finite entry): a gate on it passed.
+  Check all = compare("O", std::vector<float>(8, nan), ref8(), base8(), dims, DType::f16, 1);
+  EXPECT_FALSE(all.pass);
+  EXPECT_TRUE(std::isinf(all.frac) && all.frac > 0) << all.summary();
+  EXPECT_TRUE(std::isinf(compare("L", {-inf, 1}, {inf, 1}, {inf, 1.001f}, {1, 1, 2}, DType::f32, 1).frac));
 }
 
 TEST(Compare, PoisonedOutputFails) {

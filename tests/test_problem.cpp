@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "app/runner.hpp"
 #include "steps/knob.hpp"
@@ -37,7 +38,15 @@ TEST(Problem, Refusals) {
   p = ok(); p.H = 6; p.H_kv = 4; expect_refused(p, "H = 6 is not a multiple of H_kv = 4");
   p = ok(); p.scale = -1; expect_refused(p, "softmax scale = -1 is not allowed");
   p = ok(); p.scale = INFINITY; expect_refused(p, "must be finite and > 0");
+
   p = ok(); p.Nq = p.Nk = int64_t(1) << 30; p.H = 1 << 12; p.H_kv = 1; expect_refused(p, "the limit is 2^40");
+  // B · Nq wrapped int64 to 0 and passed the limit (flashladder check -B 2^62 -N 4: the oracle then
+  // read far out of bounds); every size is bounded, and the product taken in double.
+  p = ok(); p.B = int64_t(1) << 62; p.Nq = p.Nk = 4; p.H = p.H_kv = p.d = 1;
+  expect_refused(p, "B = 4611686018427387904 is more than the limit 2^40");
+  p = ok(); p.B = int64_t(1) << 33; p.Nq = p.Nk = int64_t(1) << 31; p.H = p.H_kv = p.d = 1;
+  expect_refused(p, "elements in one tensor; the limit is 2^40");
+  p = ok(); p.B = std::numeric_limits<int64_t>::max(); expect_refused(p, "B = 9223372036854775807 is more than");
 }
 
 TEST(Problem, DerivedSizesAndMask) {
@@ -95,6 +104,27 @@ TEST(Ladder, UnsupportedTypeAndHeadDimAreRefusedByName) {
       q.d = 7;
       EXPECT_NE(s.refusal(q).find("does not support head dim d = 7"), std::string::npos) << s.folder;
     }
+}
+
+// The steps take the scale and the softcap in fp32: beyond what fp32 holds every step refuses, naming the
+// limit (a softcap of 1e308 ran `run` to outputs of NaN, exit 0); the oracle, in double, takes them.
+TEST(Ladder, ScaleAndSoftcapBeyondFp32AreRefusedByEveryStep) {
+  for (const Step& s : ladder()) {
+    Problem q = ok();
+    q.dtype = s.dtypes.front();
+    q.scale = 1e39;
+    EXPECT_NE(s.refusal(q).find("takes the softmax scale in fp32, which holds 1.18e-38 to 3.4e38, not 1e+39"),
+              std::string::npos) << s.folder << ": " << s.refusal(q);
+    q.scale = 1e-46;
+    EXPECT_NE(s.refusal(q).find("not 1e-46"), std::string::npos) << s.folder;
+    q = ok();
+    q.dtype = s.dtypes.front();
+    q.softcap = 1e308;
+    EXPECT_NE(s.refusal(q).find("takes the softcap in fp32"), std::string::npos) << s.folder;
+  }
+  Problem q = ok();
+  q.scale = 1e300;
+  EXPECT_EQ(q.invalid_reason(), "");  // the problem itself is valid: the oracle computes it in double
 }
 
 // The step's name goes on a refusal once: refusal() names it, why_not() does not (for lines that

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""flashladder — tests/test_tools_help.py: every program in tools/ answers --help (exit 0, a text that
-names it or says what it does) without doing its work, and the ones that take no arguments refuse a
-stray one (exit 2, naming it) before doing anything. tools/device-run --help used to start its build
+"""flashladder — tests/test_tools_help.py: every program in tools/ (and .ci/run) answers --help (exit 0,
+a text that names it or says what it does) without doing its work, and the ones that take no arguments
+refuse a stray one (exit 2, naming it) before doing anything; every script in scripts/ answers --help
+and refuses an unknown option in one line, not a traceback. tools/device-run --help used to start its build
 stage; a timeout here fails the test instead of letting such a regression run a build."""
 import os
 import shutil
@@ -11,6 +12,7 @@ import unittest
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 TOOLS = os.path.join(ROOT, "tools")
+SCRIPTS = os.path.join(ROOT, "scripts")
 # Programs that take no arguments. tools/test passes its arguments to ctest and tools/ladder to the
 # flashladder program (whose --help is checked by the CLI tests), so only their --help is checked here;
 # tools/device-bundle takes a folder (argparse refuses an unknown option).
@@ -43,6 +45,34 @@ class ToolsHelp(unittest.TestCase):
                 self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
                 self.assertIn("--no-such-option", r.stderr)
                 self.assertEqual(r.stdout, "")
+
+    def test_every_script_answers_help_and_refuses_an_unknown_option(self):
+        # scripts/fl_results.py printed nothing for either, scripts/variants_torch.py was an import
+        # traceback without PyTorch. The torch scripts say they need PyTorch where it is missing.
+        scripts = sorted(f for f in os.listdir(SCRIPTS) if f.endswith(".py"))
+        self.assertIn("compare_torch.py", scripts)
+        for f in scripts:
+            with self.subTest(script=f):
+                r = run(sys.executable, os.path.join(SCRIPTS, f), "--help")
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertTrue(r.stdout.strip(), f"scripts/{f} --help printed nothing")
+                self.assertNotIn("Traceback", r.stderr)
+                r = run(sys.executable, os.path.join(SCRIPTS, f), "--no-such-option")
+                self.assertIn(r.returncode, (1, 2), r.stdout + r.stderr)
+                self.assertNotIn("Traceback", r.stderr)
+                self.assertTrue(r.stderr.strip(), f"scripts/{f} --no-such-option said nothing")
+
+    def test_ci_run_answers_help_and_refuses_a_stray_argument(self):
+        # .ci/run used to drop its arguments and exec tools/test: .ci/run --help ran the whole suite.
+        ci = os.path.join(ROOT, ".ci", "run")
+        r = run(ci, "--help")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("tools/test", r.stdout)
+        r = run(ci, "--no-such-option")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn(".ci/run", r.stderr)
+        self.assertIn("--no-such-option", r.stderr)
+        self.assertEqual(r.stdout, "")
 
     def test_tools_test_refuses_an_option_ctest_does_not_know(self):
         # ctest itself ignores it and runs every test; tools/test refuses it before installing or building.

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "app/runner.hpp"
 #include "common/compare.hpp"
@@ -62,6 +63,8 @@ TEST(VariantProblem, EveryBadFieldIsRefusedByName) {
   p = base();
   p.window_right = -7;
   expect_refused(p, "window_right = -7 is not allowed");
+  p.window_right = std::numeric_limits<int64_t>::max();
+  expect_refused(p, "window_right = 9223372036854775807 is more than 2^40 keys, the limit: -1 is the unbounded window");
   for (double c : {0.0, -3.0}) {
     p = base();
     p.softcap = c;
@@ -428,11 +431,17 @@ Inputs plain_inputs(bool causal = false) {
 TEST(VariantReductions, WindowsThatMaskNothingAreThePlainProblem) {
   const Inputs in = plain_inputs();
   const Both plain = run(in);
-  for (auto [l, r] : {std::pair{-1, -1}, std::pair{13 + 9, 13}, std::pair{-1, 13}, std::pair{30, -1}}) {
+  // The largest window allowed too (2^40 keys; above it is refused, EveryBadFieldIsRefusedByName): a
+  // window of 2^63 − 1 keys used to overflow diag ± window and mask visible keys in the oracle and the
+  // CPU steps alike, so the check passed them.
+  const int64_t most = int64_t(1) << 40;
+  for (auto [l, r] : {std::pair<int64_t, int64_t>{-1, -1}, {13 + 9, 13}, {-1, 13}, {30, -1}, {most, most},
+                      {most, -1}, {-1, most}}) {
     Inputs w = in;
     w.p.window_left = l;
     w.p.window_right = r;
     expect_same(run(w), plain);
+    EXPECT_EQ(w.p.visible_pairs(), double(w.p.B) * 9 * 13) << l << ", " << r;
   }
 }
 

@@ -238,6 +238,8 @@ def _problem(q, k, v, do=None, *, window=None, softcap=None, alibi_slopes=None, 
     for side, w in zip(("window_left", "window_right"), window):
         if w < -1:
             raise ValueError(f"{side} = {w} is not allowed: it must be -1 (unbounded) or a number of keys >= 0")
+        if w > 2**40:  # the C++ Problem's limit; above 2^63 the binding could not even take it
+            raise ValueError(f"{side} = {w} is more than 2^40 keys, the limit: -1 is the unbounded window")
     # softcap
     if softcap is not None:
         if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, (int, float, np.integer, np.floating)):
@@ -429,7 +431,7 @@ class Report:
     @property
     def tol_used(self) -> float:
         """The largest fraction of the tolerance any tensor used (inf after a mismatch)."""
-        return max((t.frac if not t.mismatch else math.inf) for t in self.tensors)
+        return max(((t.frac if not t.mismatch else math.inf) for t in self.tensors), default=math.inf)
 
     def __getitem__(self, name: str) -> TensorCheck:
         for t in self.tensors:
@@ -507,6 +509,8 @@ def check(o, q, k, v, *, causal: bool = False, scale: Optional[float] = None, dt
     for name, x in (("o", o), ("lse", lse), ("dq", dq), ("dk", dk), ("dv", dv)):
         if x is not None:
             _kind(x, name)
+    if all(x is None for x in (o, lse, dq, dk, dv)):
+        raise ValueError("nothing to judge: give o, and/or lse, dq, dk, dv")
     storage = _storage(dtype, _kind(q, "q"))
     p, var, slopes = _problem(q, k, v, do, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
                               cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k)
@@ -641,9 +645,14 @@ class Step:
             if nbytes is not None:
                 return t.full((max(nbytes, 1),), 0xFF, dtype=t.uint8, device=like.device)
             return t.full(shape, math.nan, dtype=dtype or like.dtype, device=like.device)
-        if nbytes is not None:
-            return np.full(max(nbytes, 1), 0xFF, dtype=np.uint8)
-        return np.full(shape, np.nan, dtype=dtype or like.dtype)
+        try:
+            if nbytes is not None:
+                return np.full(max(nbytes, 1), 0xFF, dtype=np.uint8)
+            return np.full(shape, np.nan, dtype=dtype or like.dtype)
+        except MemoryError as e:  # numpy's "Unable to allocate 8.00 TiB", said as the module says it
+            size = nbytes if nbytes is not None else int(np.prod(shape)) * np.dtype(dtype or like.dtype).itemsize
+            raise Error(f"step {self.folder}: its output or workspace of {size} bytes does not fit in this "
+                        f"machine's memory; choose a smaller problem") from e
 
     @staticmethod
     def _ptr(x) -> int:

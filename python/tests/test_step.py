@@ -26,6 +26,16 @@ def test_cpu_step_passes_the_rule(name, causal):
     flashladder.check(o, q, k, v, causal=causal, lse=lse).assert_ok()
     # The same step judged on the wrong problem fails: the check above could have failed.
     assert not flashladder.check(o, q, k, v, causal=not causal, lse=lse).passed
+    # NaN uses no finite share of the tolerance: all-NaN reported 0% used, and a gate on tol_used passed it.
+    rep = flashladder.check(np.full_like(o, np.nan), q, k, v, causal=causal, lse=lse)
+    assert not rep.passed and rep.tol_used == np.inf and rep["o"].frac == np.inf
+
+
+def test_check_needs_something_to_judge():
+    rng = np.random.default_rng(3)
+    q, k, v, _ = random_problem(rng, 1, 2, 1, 4, 4, 8)
+    with pytest.raises(ValueError, match=r"nothing to judge: give o, and/or lse, dq, dk, dv"):
+        flashladder.check(None, q, k, v)
 
 
 def test_cpu_step_copies_non_contiguous_inputs():

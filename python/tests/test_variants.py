@@ -123,6 +123,10 @@ def test_every_bad_keyword_is_refused_naming_it():
     cases = [
         (dict(window=(-2, 0)), ValueError, "window_left = -2 is not allowed: it must be -1 (unbounded)"),
         (dict(window=(0, -3)), ValueError, "window_right = -3 is not allowed"),
+        # Above 2^40 keys is refused: 2^63 - 1 used to overflow diag + window in the oracle (wrong answers
+        # that check() passed), 2^63 could not reach the binding.
+        (dict(window=(2**63 - 1, 0)), ValueError, "window_left = 9223372036854775807 is more than 2^40 keys"),
+        (dict(window=(0, 2**63)), ValueError, "window_right = 9223372036854775808 is more than 2^40 keys"),
         (dict(window=5), TypeError, "window must be a pair of integers"),
         (dict(window=(1.5, 0)), TypeError, "window must be a pair of integers"),
         (dict(softcap=0), ValueError, "softcap = 0.0 is not allowed: it must be finite and > 0"),

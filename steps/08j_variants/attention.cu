@@ -221,7 +221,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   const T* Q_c = Q_s + 64 * c * P;                // this consumer's 64 rows within each panel of Q_i
 
   // Pingpong (FA3 §3.1): the consumers take turns issuing their products. Consumer c waits at named
-  // barrier 3 + c for its turn, issues, and hands the turn on at 3 + (c + 1) % kConsumers; its softmax
+  // barrier t(c) = 2 + kConsumers + c for its turn, issues, and hands the turn on at t((c + 1) % kConsumers); its softmax
   // then runs while the next consumer's products occupy the tensor cores. The last consumer hands the
   // first its first turn. Every bar.sync meets exactly 128 arrivals of the consumer before it.
   // Barrier ids 2 + kConsumers … (1 + c is the epilogue's); each counts 256 threads: the 128 of the

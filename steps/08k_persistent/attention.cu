@@ -291,7 +291,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   const T* Q_c = Q_s;  // this consumer's 64 rows within each panel of the tile's Q_i (set per tile)
 
   // Pingpong (FA3 §3.1): the consumers take turns issuing their products. Consumer c waits at named
-  // barrier 3 + c for its turn, issues, and hands the turn on at 3 + (c + 1) % kConsumers; its softmax
+  // barrier t(c) = 2 + kConsumers + c for its turn, issues, and hands the turn on at t((c + 1) % kConsumers); its softmax
   // then runs while the next consumer's products occupy the tensor cores. The last consumer hands the
   // first its first turn. Every bar.sync meets exactly 128 arrivals of the consumer before it.
   // Barrier ids 2 + kConsumers … (as 08j; 1 + c, 08j's epilogue barrier, is unused); each counts 256 threads: the 128 of the
