@@ -21,12 +21,32 @@
 #include "app/commands.hpp"
 #include "app/ring_cmd.hpp"
 
+namespace {
+
+// --help-all expands every level of subcommands: CLI11 expands the first only, so `oracle generate`'s and
+// `lab new`'s options were missing from it. The same layout as CLI11's own (Formatter::make_expanded).
+class ExpandEveryLevel : public CLI::Formatter {
+ public:
+  std::string make_expanded(const CLI::App* sub) const override {
+    std::stringstream out;
+    out << sub->get_display_name(true) << "\n"
+        << make_description(sub) << make_positionals(sub) << make_groups(sub, CLI::AppFormatMode::Sub)
+        << make_subcommands(sub, CLI::AppFormatMode::All);
+    std::string text = CLI::detail::find_and_replace(out.str(), "\n\n", "\n");
+    text = text.substr(0, text.size() - 1);
+    return CLI::detail::find_and_replace(text, "\n", "\n  ") + "\n";
+  }
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace fl::cli;
   CLI::App app{
       "flashladder: FlashAttention as a ladder of working implementations, each checked against an\n"
       "fp64 oracle and timed. With no subcommand it runs the ladder."};
-  app.set_help_all_flag("--help-all", "Help for every subcommand");
+  app.formatter(std::make_shared<ExpandEveryLevel>());  // before the subcommands, which inherit it
+  app.set_help_all_flag("--help-all", "Help for every subcommand, at every level");
   app.require_subcommand(0, 1);
 
   LadderOptions lad;
