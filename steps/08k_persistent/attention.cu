@@ -2,7 +2,7 @@
 //
 // Until 08j a thread block computes one Q_i and leaves, so every Q_i pays, with the tensor cores idle,
 // the load of Q_i and of the first K_j, V_j (the pipeline's fill), and the epilogue's stores. With one
-// block per SM (08j's blocks take 209–225 KiB of shared memory and all 65 536 registers) nothing else
+// block per SM (08j's blocks take 121–225 KiB of shared memory and all 65 536 registers) nothing else
 // runs on the SM meanwhile. At N = 2048 a Q_i visits only 12–16 key blocks (half that, on average,
 // causal), and those fixed costs kept 08j at 0.85–0.86× cuDNN (H100, run 26). FlashAttention-3 (Shah et al.
 // 2024, §3 and its code's tile scheduler) launches one block per SM instead, each walking the tiles
@@ -121,7 +121,7 @@ attention_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant
   T* K_buf = Q_s + Tl::kQBufs * B_r * d;  // K_j ring: [kStages] × d/P panels [B_c][P]
   T* V_buf = K_buf + kStages * B_c * d;  // V_j ring: [kStages] × d/P panels [B_c][P]
   uint64_t* full_Q = reinterpret_cast<uint64_t*>(V_buf + kStages * B_c * d);  // [kQBufs]: Q_i has landed
-  uint64_t* empty_Q = full_Q + Tl::kQBufs;  // [kQBufs]: every consumer warp has issued its last S_ij of this Q_i
+  uint64_t* empty_Q = full_Q + Tl::kQBufs;  // [kQBufs]: every consumer warp's last S_ij of this Q_i is complete
   uint64_t* full_K = empty_Q + Tl::kQBufs;  // [kStages]: K_j has landed in stage s
   uint64_t* full_V = full_K + kStages;  // [kStages]: V_j has landed in stage s
   uint64_t* empty_K = full_V + kStages;    // [kStages]: every consumer warp is done reading K_j of stage s

@@ -3,7 +3,7 @@
 //
 // 09b's main kernel has two warpgroups that do everything: each iteration they issue cp.async copies of
 // the next Q_i, dO_i, load L_i, D_i into registers, stop at two __syncthreads, and add dQ_i into device
-// memory with 32 float2 atomics per thread (4096 per iteration at d = 128). FlashAttention-3's backward
+// memory with 16 float2 atomics per thread (4096 per iteration at d = 128). FlashAttention-3's backward
 // (Shah et al. 2024, §3 and its appendix B "backward pass") does it as the forward rungs 08h and 08i do:
 //   - a producer warpgroup, one thread of which loads Q_i and dO_i by TMA (tensor maps, 128-byte
 //     swizzle, rows past Nq zero-filled), and L_i·log2 e and D_i by TMA too (one row of a 2-D map each),

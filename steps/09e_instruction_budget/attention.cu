@@ -437,7 +437,7 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
         P_a[kk][3] = pack2<T>(S[8 * kk + 6], S[8 * kk + 7]);
       }
     }
-    // The mask, one branch for the whole tile (09d tested need_mask at each of the 32 elements: a
+    // The mask, one branch for the whole tile (09d tested need_mask at each of its B_r / 2 elements: a
     // branch and its convergence barrier each, on every tile). Element S[4·nt + e] is the half e % 2
     // (the low one for e even, as pack2 puts it) of P_a[nt / 2][2·(nt % 2) + e / 2]; a masked one is
     // cleared to +0, the bits pack2 gives 0.f, so P_a is what 09d's p = 0 produced.

@@ -15,7 +15,7 @@
 // copy engine (and for other blocks' turns) through one thread.
 // Three changes, the mathematics untouched (every line of FA2 Algorithm 2 as 09e):
 //   1. A dQ writer: warp 1 of the producer warpgroup (warps 1-3 returned at once in 09e; it runs at the
-//      producer's 24 registers) issues the bulk adds of dQ_i (line 21), waits for their reads, and takes
+//      producer's 24 registers) issues the bulk adds of dQ_i (line 15), waits for their reads, and takes
 //      the deterministic turns. The consumers hand it dQ_i through shared memory and never wait on the
 //      copy engine or on another block.
 //   2. dQ_s in two halves, one per consumer, each with its own pair of named barriers shared with the
@@ -326,7 +326,7 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
         tma::load_2d(D_buf + s * B_r, &tm_D, 0, qb, &full_dO[s]);
       }
     } else if (threadIdx.x / 32 == 1) {
-      // ---- The dQ writer (warp 1): line 21's dQ_i += dS_ij K_j into the fp32 accumulator, by one bulk
+      // ---- The dQ writer (warp 1): line 15's dQ_i += dS_ij K_j into the fp32 accumulator, by one bulk
       // add per consumer half, in the consumers' order of Q blocks. Every lane takes the named barriers
       // (a warp's bar.sync counts all 32); lane 0 alone issues and waits on the copies.
       constexpr int half = B_r * d / 2;  // floats of one consumer's dQ_i tile
@@ -501,7 +501,7 @@ backward_kernel(const __grid_constant__ CUtensorMap tm_Q, const __grid_constant_
         P_a[kk][3] = pack2<T>(S[8 * kk + 6], S[8 * kk + 7]);
       }
     }
-    // The mask, one branch for the whole tile (09d tested need_mask at each of the 32 elements: a
+    // The mask, one branch for the whole tile (09d tested need_mask at each of its B_r / 2 elements: a
     // branch and its convergence barrier each, on every tile). Element S[4·nt + e] is the half e % 2
     // (the low one for e even, as pack2 puts it) of P_a[nt / 2][2·(nt % 2) + e / 2]; a masked one is
     // cleared to +0, the bits pack2 gives 0.f, so P_a is what 09d's p = 0 produced.

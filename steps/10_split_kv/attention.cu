@@ -62,7 +62,7 @@
 
 namespace fl::s10 {
 
-constexpr int B_r = 16;      // rows of an m-tile; a tile of the G·Nq packed query rows of one K/V head has 1 or 2 (Tiles::kRows)
+constexpr int B_r = 16;      // rows of an m-tile; a tile of the G·Nq packed query rows of one K/V head has 1 or 2 (R; Tiles::kRows = 16R rows)
 constexpr int B_w = 16;      // keys per warp tile (one k-step of P̃V, two n-tiles of S)
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;

@@ -26,10 +26,10 @@
 //
 // What it costs: where the blocks run. A cluster lives in one GPC; Hopper schedules clusters of 8
 // blocks portably and 16 with cudaFuncAttributeNonPortableClusterSizeAllowed, so S ≤ 16 (step 10
-// takes up to 30). A split launch asks for more than half of an SM's shared memory, so that a
+// takes more: 33 at 4 tiles). A split launch asks for more than half of an SM's shared memory, so that a
 // cluster's blocks run one per SM (Tiles::kSmemAlone says what two per SM cost), and S is lowered until
 // all the clusters are resident at once (cudaOccupancyMaxActiveClusters): on an H100, S = 9 at B 1,
-// H_kv 8 (72 SMs stream, against step 10's 120 blocks). Fewer SMs stream, nothing waits for a grid:
+// H_kv 8 (72 SMs stream, against step 10's 128 blocks). Fewer SMs stream, nothing waits for a grid:
 // 10b is faster where the read is short and ties where it is long (README.md, "Measured"). Where so
 // few blocks cannot read as fast as the memory (one or two K/V heads at B 1), or where each split
 // would read 8192 keys or more, 10b calls step 10's kernels instead (uses_step10, below); on an H200,
@@ -62,7 +62,7 @@ namespace fl::s10b {
 
 namespace cg = cooperative_groups;
 
-constexpr int B_r = 16;      // rows of an m-tile; a tile of the G·Nq packed query rows of one K/V head has 1 or 2 (Tiles::kRows)
+constexpr int B_r = 16;      // rows of an m-tile; a tile of the G·Nq packed query rows of one K/V head has 1 or 2 (R; Tiles::kRows = 16R rows)
 constexpr int B_w = 16;      // keys per warp tile (one k-step of P̃V, two n-tiles of S)
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
@@ -869,7 +869,7 @@ bool deep_clusters(const Problem& p, int64_t S) {
 
 // Where the clusters cannot read fast enough: a tile's splits are one cluster, so 10b streams on S
 // blocks per tile (S ≤ 16, and lowered until every cluster is resident), where step 10's splits are
-// free blocks (up to 30 per tile). One of these blocks reads ≈ 48.8 GB/s when the SM, not the memory,
+// free blocks (33 per tile at 4 tiles). One of these blocks reads ≈ 48.8 GB/s when the SM, not the memory,
 // is the limit (run 94, H100: B 1, H_kv 1, Nq 4, Nk 131072, 72 blocks), and the copy moves ~90% of the
 // memory's peak (3.02 of 3.35 TB/s on an H100, 4.29 of ~4.8 on an H200, runs 125 and 127): it takes
 // blocks_for_memory() = ⌈0.9·peak / 48.8 GB/s⌉ blocks to keep up with the memory, 62 on an H100 and
