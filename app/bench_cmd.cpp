@@ -82,6 +82,10 @@ int run_check(const ProblemOptions& po, const std::string& steps, bool backward,
 }
 
 int run_bench(const BenchOptions& o) {
+  // The step lists first: an unknown name was found after the ceilings (--steps) or the headline and
+  // decode sections (--sweep-steps), minutes in, with records already written; without a GPU never.
+  pick(o.headline_steps, true);
+  pick(o.sweep_steps, true);
   std::string why;
   auto dev = gpu_device(&why);
   if (!dev) throw Error("the benchmark needs a CUDA device: " + why);

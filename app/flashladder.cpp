@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
 
   BenchOptions bench_o;
   std::vector<std::string> bench_types = {"fp16"};
-  CLI::App* bench = app.add_subcommand("bench", "The benchmark: cuBLAS ceilings, the headline problem, the FA2 sweep (GPU)");
+  CLI::App* bench = app.add_subcommand("bench", "The benchmark: cuBLAS ceilings, the headline problem, the FA2 sweep (GPU; exit 0 done, 2 bad input or no GPU)");
   bench->add_option("--json", bench_o.json, "Append one JSON record per measurement to this file");
   bench->add_option("--steps", bench_o.headline_steps, "GPU steps at the headline problem (default all)")->capture_default_str();
   bench->add_option("--headline-dtypes", bench_types, "Storage types of the headline problem")->delimiter(',')->capture_default_str();
@@ -138,7 +138,8 @@ int main(int argc, char** argv) {
   lab_new_c->add_option("dir", lab_dir, "Folder to create")->required();
   lab_new_c->add_flag("--solution", lab_solution, "Hand out the step whole, the cut lines kept (for instructors)");
   lab_new_c->add_option("--mutate", lab_mutation,
-                        "Hand out the solution with a known mistake applied (a tests/lab/*.txt fixture; for instructors)");
+                        "Hand out the solution with a known mistake applied (a tests/lab/*.txt fixture; for instructors)")
+      ->check([](const std::string& f) { return f.empty() ? std::string("an empty value is not allowed: name a fixture") : ""; });
   lab_new_c->add_flag("--force", lab_force, "Write into a folder that is not empty");
   std::string lab_check_dir;
   CLI::App* lab_check_c = lab->add_subcommand(

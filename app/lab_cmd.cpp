@@ -23,6 +23,7 @@
 // tests/test_ladder.cpp (app/cases.hpp). Nothing of the core is recompiled.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -67,7 +68,9 @@ std::string read_text(const fs::path& p) {
 
 void write_text(const fs::path& p, const std::string& text) {
   std::ofstream f(p, std::ios::binary);
-  if (!(f << text)) throw Error("cannot write " + p.string());
+  // Closed and checked: a short file stays in the stream's buffer until the close, where a full disk
+  // failed unseen (lab new said it wrote an empty CMakeLists.txt).
+  if (!(f << text) || (f.close(), f.fail())) throw Error("cannot write " + p.string() + " (disk full?)");
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -134,6 +137,11 @@ std::string apply_mutation(const std::string& src, const fs::path& fixture) {
     s.erase(s.find_last_not_of(" \t\r") + 1);
     return s;
   };
+  std::error_code ec;
+  if (!fs::is_regular_file(fixture, ec))  // /dev/zero was read without end
+    throw Error("fixture " + fixture.string() + " is not a regular file (a tests/lab/*.txt mutation)");
+  if (fs::file_size(fixture, ec) > (1u << 20))
+    throw Error("fixture " + fixture.string() + " is over 1 MiB: a mutation is a few '- old' / '+ new' lines");
   std::vector<std::string> lines = lines_of(src);
   std::string old;
   bool have_old = false;
@@ -211,6 +219,8 @@ static std::string self_command() {
 int lab_new(const std::string& step, const std::string& dir_s, bool solution, const std::string& mutation, bool force) {
   const Step* s = find_step(step);
   if (!s) throw Error("unknown step '" + step + "'; the exercises are steps " + exercises_text());
+  if (solution && !mutation.empty())  // the mutated code was handed out labelled as the solution
+    throw Error("--solution and --mutate together: --mutate hands out the solution with a known mistake already");
   const fs::path src = step_source(*s);
   std::vector<Region> regions;
   std::string text = hand_out(read_text(src), src.string(), solution || !mutation.empty(), &regions);
@@ -285,6 +295,17 @@ int lab_check(const std::string& dir_s) {
     throw Error(cml.string() + " names no step (set(FLASHLADDER_LAB_STEP …)); it was not written by 'flashladder lab new'");
   const std::string step = m[1];
   if (!find_step(step)) throw Error(cml.string() + " names step '" + step + "', which the ladder does not have");
+  // The step must be an exercise, and this folder's: a CMakeLists.txt edited to name step 01 compiled the
+  // student's 02 and then judged the archive's own step 01 (PASS).
+  {
+    const fs::path src = step_source(*find_step(step));
+    if (read_text(src).find("// LAB:BEGIN") == std::string::npos)
+      throw Error(cml.string() + " names step " + find_step(step)->folder + ", which is not an exercise; the exercises are steps " +
+                  exercises_text());
+    if (!fs::exists(dir / src.filename()))
+      throw Error(cml.string() + " names step " + find_step(step)->folder + ", but " + (dir / src.filename()).string() +
+                  ", its source, is not in the folder: the CMakeLists.txt was not written for this folder");
+  }
 #ifndef FLASHLADDER_HAVE_CUDA
   if (find_step(step)->gpu()) {
     std::cout << "lab check: step " << find_step(step)->folder << " needs a GPU, and a flashladder build with CUDA: "
@@ -318,6 +339,14 @@ int lab_check(const std::string& dir_s) {
   const std::string run = sh_quote(suite.string()) + " " + step;
   const int rc = std::system(run.c_str());
   if (rc == -1) throw Error("could not run " + run);
+  // The student's code may crash the suite: a signal (or the shell's 128 + signal) is a FAIL, exit 1,
+  // said here; it was exit 139 and the shell's "Segmentation fault", as if flashladder had crashed.
+  const int sig = WIFSIGNALED(rc) ? WTERMSIG(rc) : WIFEXITED(rc) && WEXITSTATUS(rc) > 128 ? WEXITSTATUS(rc) - 128 : 0;
+  if (sig) {
+    std::cout << "lab check: FAIL: your code crashed the suite (signal " << sig << ", " << strsignal(sig)
+              << "); the shapes named above were judged before it\n";
+    return 1;
+  }
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 1;
 }
 

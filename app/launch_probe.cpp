@@ -225,7 +225,14 @@ int main(int argc, char** argv) {
                  "  --splits   step 10's key splits S over issue 17's decode sweep on a stand-in of 132 SMs\n";
     return 0;
   }
-  if (argc == 2 && std::strcmp(argv[1], "--splits") == 0) return print_splits();
+  // Output that never reached stdout (a full disk, a closed pipe) is an error: the table scripts read it.
+  auto written = [](int rc) {
+    std::cout.flush();
+    if (std::cout) return rc;
+    std::cerr << "flashladder_launches: error: writing to standard output failed (disk full or a closed pipe?)\n";
+    return 2;
+  };
+  if (argc == 2 && std::strcmp(argv[1], "--splits") == 0) return written(print_splits());
   if (argc > 1) {
     std::cerr << "flashladder_launches: unknown argument '" << argv[1] << "' (none: every launch; --splits: step "
               << "10's key splits over issue 17's decode sweep)\n";
@@ -312,6 +319,7 @@ int main(int argc, char** argv) {
               }
     }
   }
+  if (const int rc = written(0)) return rc;
   std::cerr << "flashladder_launches: " << ran << " runs recorded, " << refused << " problems refused by a step\n";
   return ran > 0 ? 0 : 1;
 }

@@ -398,6 +398,18 @@ int run_ring(const RingOptions& o) {
                 " is out of range: 0 (NCCL's choice) or 1-32 thread blocks (NCCL's channel limit)");
   if (o.bitwise_local && o.check == "none") throw Error("--bitwise-local needs a checked run (not --check none)");
 
+  // The steps named, here in the parent: each rank found a bad name on its own, after the GPUs were
+  // counted and the inputs made (without GPUs "needs 2 GPUs" hid it).
+  for (auto [opt, name, bwd] : {std::tuple{"--step", o.step, false}, std::tuple{"--bwd-step", o.bwd_step, true}}) {
+    if (name.empty()) continue;
+    const Step* s = find_step(name);
+    if (!s) throw Error(std::string(opt) + " '" + name + "': unknown step; see 'flashladder steps'");
+    if (!s->gpu()) throw Error(std::string(opt) + " " + s->folder + " runs on the CPU; the ring runs GPU steps");
+    if (bwd && !s->has_backward()) throw Error(std::string(opt) + " " + s->folder + " has no backward pass");
+  }
+  if (!o.json.empty() && o.reps == 0)
+    throw Error("--json " + o.json + " with --reps 0: nothing is timed, so no record would be written");
+
   std::string gpu_why, gpu_name;
   const int have = count_gpus(&gpu_why, &gpu_name);
   if (have < o.gpus)
@@ -433,6 +445,8 @@ int run_ring(const RingOptions& o) {
     std::cout << "   total " << fmt(tot / whole, 3) << "\n";
   }
 
+  // Opened before the run: an unwritable file was said only after it (up to --timeout of work).
+  RecordFile json(o.json);
   Inputs in;
   if (checking) {
     const size_t e = sizeof(float);
@@ -538,7 +552,7 @@ int run_ring(const RingOptions& o) {
     if (o.backward) check_entries(plan, reports, true);
     print_timing("forward", plan, reports, false);
     if (o.backward) print_timing("backward", plan, reports, true);
-    RecordFile json(o.json);  // every record flushed and checked: lost records end the run (exit 2)
+    // json (opened before the run): every record flushed and checked; lost records end the run (exit 2)
     Environment env = cpu_environment();
     env.device = reports[0].device;
     env.sm_count = reports[0].sm_count;

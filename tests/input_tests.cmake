@@ -120,3 +120,12 @@ set_tests_properties(cli.run_over_golden PROPERTIES FIXTURES_REQUIRED fl_golden)
 if(EXISTS /dev/full)
   fl_cli_exit(lab_new_not_a_folder 2 "/dev/full exists and is not a folder" lab new 02 /dev/full)
 endif()
+# The rest of that audit (lab check of a folder naming another step, --solution with --mutate, a fixture
+# that is not a file, flashladder_launches' lost output, ring and bench names checked first): a script.
+if(TARGET flashladder_launches)  # built where nvcc is (CI has it)
+  set(FL_LAUNCHES_EXE $<TARGET_FILE:flashladder_launches>)
+else()
+  set(FL_LAUNCHES_EXE none)
+endif()
+add_test(NAME cli.refusals_with_files COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli_refusals.sh $<TARGET_FILE:flashladder>
+         ${FL_LAUNCHES_EXE} ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/cli_refusals)
