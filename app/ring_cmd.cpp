@@ -72,8 +72,10 @@ CLI::App* add_ring_command(CLI::App& app, RingOptions& o) {
       ->check(CLI::IsMember({"auto", "full", "sampled", "none"}))
       ->capture_default_str();
   c->add_option("--check-kv-heads", o.check_kv_heads,
-                "Sampled check: K/V heads whose dK, dV rows are judged (each costs an O(N²·d) CPU pass)")
-      ->capture_default_str();
+                "Sampled check: K/V heads whose dK, dV rows are judged (each costs an O(N²·d) CPU pass); at most "
+                "--heads-kv (the default takes H_kv where it is below 2)")
+      ->capture_default_str()
+      ->each([&o](const std::string&) { o.check_kv_heads_given = true; });
   c->add_option("--step", o.step, "Local forward step (default: the ladder's last forward rung that accepts every pair)");
   c->add_option("--bwd-step", o.bwd_step, "Local backward step (default: the ladder's last backward that accepts every pair)");
   c->add_flag("--bitwise-local", o.bitwise_local,
@@ -392,6 +394,10 @@ int run_ring(const RingOptions& o) {
                 "local step's own layout)");
   if (o.reps < 0 || o.warmup < 0) throw Error("--reps and --warmup must be at least 0");
   if (o.check_kv_heads < 1) throw Error("--check-kv-heads must be at least 1 (dK, dV are judged on some K/V head)");
+  // Asked for more heads than there are, the check judged H_kv of them and said nothing.
+  if (o.check_kv_heads_given && o.check_kv_heads > p.H_kv)
+    throw Error("--check-kv-heads " + std::to_string(o.check_kv_heads) + ": the problem has " +
+                std::to_string(p.H_kv) + " K/V heads (--heads-kv); at most that many can be judged");
   if (o.timeout_s < 1) throw Error("--timeout must be at least 1 second");
   if (o.nccl_ctas < 0 || o.nccl_ctas > 32)
     throw Error("--nccl-ctas " + std::to_string(o.nccl_ctas) +

@@ -16,6 +16,7 @@ struct RingOptions {
   std::string json;                // JSONL output path (appended)
   std::string check = "auto";      // auto | full | sampled | none
   int check_kv_heads = 2;          // sampled: K/V heads whose dK, dV rows are checked (each costs a full CPU pass)
+  bool check_kv_heads_given = false;  // set on the command line: then it may not exceed H_kv (the default clamps)
   std::string step, bwd_step;      // local steps; "" = the ladder's last that accepts every pair
   bool bitwise_local = false;      // G = 1, contiguous: the ring must equal the local steps bit for bit
   int reps = 20, warmup = 3;

@@ -36,6 +36,11 @@ fl_ring_launcher_test(timeout_ends_a_hung_rank 2 "the run passed --timeout 2 s; 
 fl_ring_launcher_test(unwritten_row_fails 1 "O: FAIL .*first \\(0, 0, 64, 0\\) step=nan"
   ENV FAKE_RING_NAN_RANK=1 ARGS --gpus;2;--layout;contiguous;-B;1;-H;2;-N;128;-d;64;--reps;0)
 fl_ring_launcher_test(too_few_gpus 2 "needs 3 GPUs; this machine has 2" ARGS --gpus;3;-N;64)
+# More K/V heads to judge than the problem has was accepted, and H_kv of them judged; the default (2)
+# still takes the one head of H_kv = 1.
+fl_ring_launcher_test(check_kv_heads_over_h_kv 2 "--check-kv-heads 3: the problem has 2 K/V heads \\(--heads-kv\\); at most that many"
+  ARGS --gpus;2;--backward;-H;4;--heads-kv;2;-N;64;-d;64;--check;sampled;--check-kv-heads;3)
+fl_ring_launcher_test(default_check_kv_heads_one_head 0 "" ARGS --gpus;2;--layout;contiguous;--backward;-B;1;-H;2;--heads-kv;1;-N;256;-d;64;--check;sampled;--reps;1)
 
 if(NOT FLASHLADDER_HAVE_NCCL)
   # A visible skip (exit 77), a failure under FLASHLADDER_REQUIRE_GPU (as gpu_gate.cmake and lab_test.cmake
