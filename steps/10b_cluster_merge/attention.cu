@@ -154,6 +154,18 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   using Tl = Tiles<d, R, Late, Extra, W>;
   constexpr int kStages = Tl::kStages, kTileElems = Tl::kTileElems, kRows = Tl::kRows;
   constexpr int kBlock = 32 * W;  // threads
+  // Early release (blocks of 8 warps, 16-row tiles not swapped): a warp reads all of tile k's K and V
+  // fragments into registers first (64 more: 255, no spills), and its slot takes tile k + kStages
+  // before the math on tile k, so kStages tiles are in flight while it multiplies instead of
+  // kStages − 1, in the same shared memory (8 warps × 3 stages fill it; a fourth stage would not fit).
+  // S_ij then runs as two accumulator chains, even and odd k-steps (alone no faster: run 255).
+  // Runs 269–271 (H200s, five interleaved rounds, means; bitwise the tip's O and L without the chains,
+  // within an ulp with them): B 1, H_kv 8, Nq 4, Nk 32768 38.59 → 37.35 µs released early, → 36.81
+  // with the chains (two machines: 0.954 and 0.974–0.977 of the tip); Nk 8192 15.90 → 15.52; unsplit
+  // 8-warp grids 0.996–1.000. Not where the warps have less math: the swapped tiles (N8) were 1.8–3.0%
+  // slower released early, the 4-warp clusters of 3 8% (run 268).
+  constexpr bool kEarly = W == 8 && !N8;
+  constexpr int kAhead = kEarly ? kStages : kStages - 1;  // the prologue's tiles in flight
   const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
   extern __shared__ __align__(128) unsigned char smem[];
   T* Q_s = reinterpret_cast<T*>(smem);  // Q tile: [kRows][d] in shared memory
@@ -224,16 +236,17 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
     load_rows<T, d, B_w, 32>(K_s + kTileElems, V_g + int64_t(j0) * d, n_k - j0, lane);
   };
 
-  // ---- Prologue: Q (the whole block), then each warp's first kStages − 1 tiles, one group each
-  // (committed even when empty, so that group k + 1 is always tile k: the waits below count on it).
+  // ---- Prologue: Q (the whole block), then each warp's first kStages − 1 tiles (kStages released
+  // early), one group each (committed even when empty, so that group k + 1 is always tile k: the waits
+  // below count on it).
   load_rows<T, d, kRows, kBlock>(Q_s, Q_g, rows_here, threadIdx.x);
   mma::cp_async_commit();
 #pragma unroll
-  for (int k = 0; k < kStages - 1; ++k) {
+  for (int k = 0; k < kAhead; ++k) {
     if (k < n_mine) load_kv(k);
     mma::cp_async_commit();
   }
-  mma::cp_async_wait<kStages - 1>();  // this thread's part of Q has landed
+  mma::cp_async_wait<kAhead>();  // this thread's part of Q has landed
   __syncthreads();                    // everyone's has
   // Q's A fragments for all d/16 k-steps, kept in registers for the whole loop (08d's ldmatrix). With
   // two m-tiles they are read from Q_s at every k-step instead: 64 more registers at d = 128 beside the
@@ -293,7 +306,10 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
     if constexpr (R == 1 && W == kWarps) {
       if (k < n_step) __syncthreads();
     }
-    if constexpr (!Late) {  // the next copies first (Tiles: the same tiles in flight at the wait)
+    if constexpr (kEarly) {  // the copies after the fragments are read, below
+      mma::cp_async_wait<kStages - 1>();  // groups 0 … k + 1 done: Q and this thread's copies of tile k
+      __syncwarp();                       // every lane's copies of tile k visible to the warp
+    } else if constexpr (!Late) {  // the next copies first (Tiles: the same tiles in flight at the wait)
       __syncwarp();  // every lane is done reading tile k − 1: its slot takes tile k + kStages − 1
       if (k + kStages - 1 < n_mine) load_kv(k + kStages - 1);
       mma::cp_async_commit();
@@ -376,10 +392,28 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
       for (int n = 0; n < 2; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) S_ij[mt][n][e] = 0.f;
+    // Early release: tile k's fragments, then its slot takes tile k + kStages, then the math.
+    uint32_t k_r[kEarly ? d / 16 : 1][4], v_r[kEarly ? d / 16 : 1][4];  // K_j's B fragments per k-step, V_j's per 16 columns
+    float S_odd[2][4] = {};  // early release: the odd k-steps' chain of S_ij (one m-tile)
+    if constexpr (kEarly) {
+#pragma unroll
+      for (int kk = 0; kk < d / 16; ++kk)
+        mma::ldmatrix_x4(k_r[kk], K_s + at<d>(lane % 8 + lane / 16 * 8, 16 * kk + lane / 8 % 2 * 8));
+#pragma unroll
+      for (int n = 0; n < d / 16; ++n) mma::ldmatrix_x4_trans(v_r[n], V_s + at<d>(lane % 16, 16 * n + lane / 16 * 8));
+      __syncwarp();  // every lane is done reading slot k
+      if (k + kStages < n_mine) load_kv(k + kStages);
+      mma::cp_async_commit();
+    }
 #pragma unroll
     for (int kk = 0; kk < d / 16; ++kk) {
       uint32_t kb[4];
-      mma::ldmatrix_x4(kb, K_s + at<d>(lane % 8 + lane / 16 * 8, 16 * kk + lane / 8 % 2 * 8));
+      if constexpr (kEarly) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) kb[x] = k_r[kk][x];
+      } else {
+        mma::ldmatrix_x4(kb, K_s + at<d>(lane % 8 + lane / 16 * 8, 16 * kk + lane / 8 % 2 * 8));
+      }
       const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
 #pragma unroll
       for (int mt = 0; mt < R; ++mt) {
@@ -390,10 +424,16 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
         } else {
           mma::ldmatrix_x4(qa, Q_s + at<d>(B_r * mt + lane % 16, 16 * kk + lane / 16 * 8));
         }
-        mma::mma_m16n8k16<T>(S_ij[mt][0], qa, b0);
-        mma::mma_m16n8k16<T>(S_ij[mt][1], qa, b1);
+        float(&S_c)[2][4] = kEarly && kk % 2 ? S_odd : S_ij[mt];  // the k-step's chain
+        mma::mma_m16n8k16<T>(S_c[0], qa, b0);
+        mma::mma_m16n8k16<T>(S_c[1], qa, b1);
       }
     }
+    if constexpr (kEarly)
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) S_ij[0][n][e] += S_odd[n][e];
 
     // Mask only tiles that need it: keys left of lo_max (the window's left edge of some row) or at or
     // past n_min (the causal or right edge of some row, or n_k).
@@ -451,7 +491,12 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
 #pragma unroll
     for (int n = 0; n < d / 16; ++n) {
       uint32_t vb[4];
-      mma::ldmatrix_x4_trans(vb, V_s + at<d>(lane % 16, 16 * n + lane / 16 * 8));
+      if constexpr (kEarly) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) vb[x] = v_r[n][x];
+      } else {
+        mma::ldmatrix_x4_trans(vb, V_s + at<d>(lane % 16, 16 * n + lane / 16 * 8));
+      }
       const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
 #pragma unroll
       for (int mt = 0; mt < R; ++mt) {
