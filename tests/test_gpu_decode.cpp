@@ -749,7 +749,8 @@ TEST(ClusterMerge, UnsplitGridsWithAMostlyEmptyLastWaveRunEightWarps) {
   auto with_d = [](Problem p, int64_t d) { p.d = d; return p; };
   for (auto [p, eight] : {std::pair<Problem, bool>{decode_problem(34, 32, 1, 8192), true},
                           {decode_problem(35, 32, 1, 8192), true}, {decode_problem(64, 32, 1, 8192), true},
-                          {decode_problem(64, 32, 4, 32768), true}, {decode_problem(33, 32, 1, 8192), false},
+                          {decode_problem(64, 32, 4, 32768), true}, {decode_problem(50, 8, 4, 8192), true},
+                          {decode_problem(33, 32, 1, 8192), false},
                           {decode_problem(36, 32, 1, 8192), false}, {decode_problem(37, 32, 1, 8192), false},
                           {decode_problem(16, 32, 1, 8192), false}, {decode_problem(64, 32, 1, 4096), false},
                           {with_d(decode_problem(64, 32, 1, 8192), 64), false}}) {
