@@ -79,7 +79,8 @@ constexpr int kMaxSplits = 16;  // S: at most one cluster of blocks (Hopper's no
 // both halves by the K and V fragments it loaded once: the keys are read by half as many blocks
 // (m_tiles() says where that pays). Extra: stages more still, for a split launch's clusters on a fast
 // memory (deep_clusters()). W: warps per block, kWarps, or 8 for the split clusters too few to keep up
-// with the memory in 4 and for an unsplit grid's mostly empty last wave (eight_warps()). The kernel's
+// with the memory in 4 and for an unsplit grid's mostly empty last wave (eight_warps()), which release each
+// slot early where their tiles are not swapped (the kernel's kEarly). The kernel's
 // N8: the product transposed for tiles of at most 8 rows (swapped()).
 template <int d, int R = 1, bool Late = (R == 2), int Extra = 0, int W = kWarps>
 struct Tiles {
@@ -331,7 +332,8 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
       // so 3/4 of its products and exponentials are of zero rows. Transposed, S_ijᵀ = K_j Q_iᵀ puts the
       // 16 keys of the warp tile on the 16-row side and the rows on the 8-column side: one n-tile of S
       // instead of two, and O_iᵀ += V_jᵀ P̃_ijᵀ one n-tile instead of two per 16 columns of d. Half
-      // the mma and half the exponentials, and 128 registers instead of 168–178. Where it pays and where
+      // the mma and half the exponentials, and 128 registers instead of 168–178 (as measured, before 8 warps'
+      // early release took theirs to 255). Where it pays and where
       // it does not: swapped(), on the host (B 1, H_kv 8, Nq 1, Nk 32768: 37.60 → 36.05 µs, run 245).
       float S_t[4] = {0.f, 0.f, 0.f, 0.f};  // S_ijᵀ: [16 keys][8 rows]; lane: keys g, g + 8 × rows 2t, 2t + 1
 #pragma unroll
