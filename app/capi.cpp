@@ -1,21 +1,11 @@
 // flashladder — app/capi.cpp: C entry points so Python can call any registered step on tensors
-// it owns (PyTorch's device pointers), for the comparison with scaled_dot_product_attention.
-//
-//   fl_workspace_bytes(step, problem…, backward)            scratch the call needs (caller allocates)
-//   fl_forward(step, problem…, q, k, v, o, lse, ws, stream)  0 on success; otherwise 1 and a message
-//   fl_backward(step, problem…, q, k, v, o, lse, dO, dq, dk, dv, ws, stream)
-//   fl_set_deterministic(on)                                 the deterministic backward for later calls
-//   fl_set_window(left, right), fl_set_softcap(c), fl_set_alibi(mode, slopes),
-//   fl_set_varlen(n, cu_q, cu_k, cu_q_dev, cu_k_dev), fl_set_seqused_k(n, used, used_dev),
-//   fl_reset_variants()                                      the variants (issue 21) of later calls
-// The problem is passed as B, H, H_kv, Nq, Nk, d, causal, scale (<= 0: default), dtype (0 fp32,
-// 1 fp16, 2 bf16). Checks are the same as the program's: an unsupported problem is refused with a
-// message before any launch. Launches are asynchronous on the given stream; errors of the launch
-// itself are reported.
+// it owns (PyTorch's device pointers), for the comparison with scaled_dot_product_attention. What each
+// entry point takes and does is said once, in app/flashladder.h (the declarations this file defines).
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "app/flashladder.h"
 #include "app/runner.hpp"
 #include "steps/ladder.hpp"
 
@@ -160,36 +150,23 @@ extern "C" {
 
 const char* fl_last_error() { return g_error.c_str(); }
 
-/// Problem::deterministic for the calls that follow on this thread (0 or 1): the backward of a step
-/// that has a deterministic mode (09c) then adds dQ in a fixed order; other steps' backward refuse it.
 void fl_set_deterministic(int on) { g_deterministic = on != 0; }
 
-/// The variants of the calls that follow on this thread (docs/variants.md); each is checked by those
-/// calls, which refuse a bad value with a message naming the field. fl_reset_variants() clears them all.
-/// Sliding window: keys further than left (right) from the diagonal are masked; -1 = unbounded.
 void fl_set_window(int64_t left, int64_t right) {
   g_var.window_left = left;
   g_var.window_right = right;
 }
-/// Logit soft-capping c·tanh(x / c); 0 turns it off (FlashAttention's convention).
 void fl_set_softcap(double c) { g_var.softcap = c; }
-/// ALiBi: mode 0 none, 1 one slope per query head (fp32 [H]), 2 per sequence and head ([B][H]);
-/// slopes where the step runs (device memory for GPU steps), owned by the caller.
 void fl_set_alibi(int mode, const float* slopes) {
   g_var.alibi = mode;
   g_var.slopes = slopes;
 }
-/// Variable length: n = B + 1 offsets of the packed queries and keys, read from the host arrays
-/// cu_q, cu_k (copied here) and passed to the step as the device copies cu_q_dev, cu_k_dev (owned by
-/// the caller, holding the same values). n = 0 turns it off. B, Nq, Nk of later calls are then the
-/// number of sequences and the longest a sequence may be.
 void fl_set_varlen(int n, const int32_t* cu_q, const int32_t* cu_k, const int32_t* cu_q_dev, const int32_t* cu_k_dev) {
   g_var.cu_q = host_copy("fl_set_varlen", "cu_q", n, cu_q);
   g_var.cu_k = host_copy("fl_set_varlen", "cu_k", n, cu_k);
   g_var.cu_q_dev = cu_q_dev;
   g_var.cu_k_dev = cu_k_dev;
 }
-/// Keys used per sequence (n = B values, host array copied, device copy passed to the step); n = 0: off.
 void fl_set_seqused_k(int n, const int32_t* used, const int32_t* used_dev) {
   g_var.used_k = host_copy("fl_set_seqused_k", "used", n, used);
   g_var.used_k_dev = used_dev;
@@ -220,9 +197,6 @@ int fl_forward(const char* step, int64_t B, int64_t H, int64_t H_kv, int64_t Nq,
   });
 }
 
-/// A kernel that only reads: K and V ([heads][n][row_bytes] each) streamed through shared memory once,
-/// with about `blocks` thread blocks (app/read_stream.cu). compare_torch.py times it at every decode
-/// point beside the steps: the time any kernel of this shape needs for the call's bytes.
 int fl_read_stream(const void* k, const void* v, int64_t heads, int64_t n, int64_t row_bytes, int64_t blocks,
                    void* stream) {
   return guarded([&] {

@@ -394,15 +394,20 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
       for (int n = 0; n < 2; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) S_ij[mt][n][e] = 0.f;
+    // K_j's B fragments of k-step kk (08d's, one ldmatrix.x4) and V_j's of columns [16n, 16n + 16)
+    // (ldmatrix.trans): read here in the loops below, or all of them first with early release.
+    auto k_frag = [&](uint32_t(&kb)[4], int kk) {
+      mma::ldmatrix_x4(kb, K_s + at<d>(lane % 8 + lane / 16 * 8, 16 * kk + lane / 8 % 2 * 8));
+    };
+    auto v_frag = [&](uint32_t(&vb)[4], int n) { mma::ldmatrix_x4_trans(vb, V_s + at<d>(lane % 16, 16 * n + lane / 16 * 8)); };
     // Early release: tile k's fragments, then its slot takes tile k + kStages, then the math.
     uint32_t k_r[kEarly ? d / 16 : 1][4], v_r[kEarly ? d / 16 : 1][4];  // K_j's B fragments per k-step, V_j's per 16 columns
     float S_odd[2][4] = {};  // early release: the odd k-steps' chain of S_ij (one m-tile)
     if constexpr (kEarly) {
 #pragma unroll
-      for (int kk = 0; kk < d / 16; ++kk)
-        mma::ldmatrix_x4(k_r[kk], K_s + at<d>(lane % 8 + lane / 16 * 8, 16 * kk + lane / 8 % 2 * 8));
+      for (int kk = 0; kk < d / 16; ++kk) k_frag(k_r[kk], kk);
 #pragma unroll
-      for (int n = 0; n < d / 16; ++n) mma::ldmatrix_x4_trans(v_r[n], V_s + at<d>(lane % 16, 16 * n + lane / 16 * 8));
+      for (int n = 0; n < d / 16; ++n) v_frag(v_r[n], n);
       __syncwarp();  // every lane is done reading slot k
       if (k + kStages < n_mine) load_kv(k + kStages);
       mma::cp_async_commit();
@@ -414,7 +419,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
 #pragma unroll
         for (int x = 0; x < 4; ++x) kb[x] = k_r[kk][x];
       } else {
-        mma::ldmatrix_x4(kb, K_s + at<d>(lane % 8 + lane / 16 * 8, 16 * kk + lane / 8 % 2 * 8));
+        k_frag(kb, kk);
       }
       const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
 #pragma unroll
@@ -497,7 +502,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
 #pragma unroll
         for (int x = 0; x < 4; ++x) vb[x] = v_r[n][x];
       } else {
-        mma::ldmatrix_x4_trans(vb, V_s + at<d>(lane % 16, 16 * n + lane / 16 * 8));
+        v_frag(vb, n);
       }
       const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
 #pragma unroll
