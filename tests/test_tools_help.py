@@ -5,6 +5,7 @@ refuse a stray one (exit 2, naming it) before doing anything; every script in sc
 and refuses an unknown option in one line, not a traceback. tools/device-run --help used to start its build
 stage; a timeout here fails the test instead of letting such a regression run a build."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -82,6 +83,30 @@ class ToolsHelp(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertIn("--no-such-option", r.stderr)
         self.assertEqual(r.stdout, "")
+
+    def test_tools_ladder_refuses_an_unknown_option_before_installing(self):
+        # It used to install the dependencies and build (minutes on a fresh machine) before the program
+        # refused the option; a regression would start apt here, and the 30 s timeout fails the test.
+        r = run(os.path.join(TOOLS, "ladder"), "-N", "256", "--no-such-option")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("'--no-such-option'", r.stderr)
+        self.assertIn("nothing installed or built", r.stderr)
+        self.assertEqual(r.stdout, "")
+
+    def test_tools_ladder_passes_every_option_of_the_program(self):
+        # Every --option in the built program's --help-all, each followed by an unknown one: the refusal
+        # must name the unknown one, so the real one passed tools/ladder's check (no false refusal).
+        prog = os.environ.get("FL_PROGRAM", "")
+        if not (prog and os.access(prog, os.X_OK)):
+            self.skipTest("FL_PROGRAM (the built flashladder) not given: ctest gives it")
+        out = subprocess.run([prog, "--help-all"], capture_output=True, text=True, timeout=30).stdout
+        options = sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", out)))
+        self.assertGreater(len(options), 30, out[:500])
+        for o in options:
+            with self.subTest(option=o):
+                r = run(os.path.join(TOOLS, "ladder"), "-N", "256", o, "--no-such-option")  # not first: --help there is the program's
+                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                self.assertIn("'--no-such-option'", r.stderr)
 
 
 if __name__ == "__main__":
