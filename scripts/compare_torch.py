@@ -30,12 +30,56 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fl_results as flr  # noqa: E402  (need_torch: --help without PyTorch)
 
-flr.need_torch("compare_torch.py", __doc__)
+
+def make_parser():
+    """The options (built without PyTorch: flr.need_torch parses them where it is missing)."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
+    ap.add_argument("--fwd-step", default="08i_pingpong,08j_variants,08k_persistent",
+                    help="our forward steps to compare, comma-separated (--fwd-step= for none: a backward-only run); "
+                         "the ratio columns are the last one's, and it is timed first at each point")
+    ap.add_argument("--bwd-deterministic", default="09e_instruction_budget,09f_dq_writer",
+                    help="backward steps also timed in their deterministic mode (records: impl STEP+deterministic)")
+    ap.add_argument("--bwd-step", default="09d_variants,09e_instruction_budget,09f_dq_writer",
+                    help="our backward steps to compare, comma-separated ('' to skip); the ratio column is the last one's, "
+                         "and it is timed first at each point")
+    ap.add_argument("--json", default="", help="append JSON records here")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--ns", default="512,1024,2048,4096,8192,16384", help="sequence lengths of the FA2 sweep")
+    ap.add_argument("--check-max-n", type=int, default=2048, help="check against fp64 math only up to this N")
+    ap.add_argument("--dims", default="64,128", help="head dims of the FA2 sweep (a subset for a quick look)")
+    ap.add_argument("--causal", default="no,yes", help="which masks of the FA2 sweep: no, yes or both")
+    ap.add_argument("--sweeps", default="fa2", help="which sweeps, comma-separated: fa2 (the FA2 paper's), decode")
+    ap.add_argument("--decode-steps", default="08g_smem_epilogue,10_split_kv,10b_cluster_merge",
+                    help="our forward steps in the decode sweep (the ratios of the last one listed of 10_split_kv "
+                         "and 10b_cluster_merge are printed)")
+    ap.add_argument("--decode-b", default="1,16,64")
+    ap.add_argument("--decode-hkv", default="8,32")
+    ap.add_argument("--decode-nq", default="1,4")
+    ap.add_argument("--decode-nk", default="1024,8192,32768,131072")
+    ap.add_argument("--decode-splits", default="",
+                    help="also time 10_split_kv and 10b_cluster_merge (those of --decode-steps) with FLASHLADDER_SPLITS "
+                         "forced to each of these (the heuristic's check)")
+    ap.add_argument("--decode-settle-ms", type=float, default=100.0,
+                    help="decode sweep: launch each implementation untimed for this long before its warm-up "
+                         "(run 45 on an H100 timed the first implementation of a point up to 16%% low without it)")
+    ap.add_argument("--decode-max-bytes", type=float, default=40 * 2**30,
+                    help="skip decode points whose K+V exceed this many bytes (B=64, H_kv=32, Nk=131072 is 128 GiB)")
+    ap.add_argument("--no-decode-read", dest="decode_read", action="store_false",
+                    help="decode sweep: do not time the read-only kernel (fl_read_stream) at each point")
+    ap.add_argument("--decode-check-max-bytes", type=float, default=512 * 2**20,
+                    help="check decode outputs against fp64 math up to this many K+V bytes")
+    return ap
+
+
+flr.need_torch("compare_torch.py", __doc__, make_parser())
 import torch  # noqa: E402
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 DTYPES = {"fp16": (torch.float16, 1), "bf16": (torch.bfloat16, 2)}
+assert tuple(DTYPES) == flr.DTYPE_NAMES
 
 
 def load(lib_path):
@@ -202,15 +246,7 @@ def run_env():
     return env
 
 
-def add_problem_args(ap):
-    """One problem's options for the single-shape scripts (profile_pair.py, kernel_times.py): the
-    headline problem by default."""
-    ap.add_argument("-B", type=int, default=4)
-    ap.add_argument("-H", type=int, default=16)
-    ap.add_argument("-N", type=int, default=4096)
-    ap.add_argument("-d", type=int, default=128)
-    ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--dtype", default="fp16", choices=sorted(DTYPES))
+add_problem_args = flr.add_problem_args  # one problem's options (the single-shape scripts import it here)
 
 
 def problem_inputs(a):
@@ -444,44 +480,7 @@ def decode_sweep(args, lib, env, out):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
-    ap.add_argument("--fwd-step", default="08i_pingpong,08j_variants,08k_persistent",
-                    help="our forward steps to compare, comma-separated (--fwd-step= for none: a backward-only run); "
-                         "the ratio columns are the last one's, and it is timed first at each point")
-    ap.add_argument("--bwd-deterministic", default="09e_instruction_budget,09f_dq_writer",
-                    help="backward steps also timed in their deterministic mode (records: impl STEP+deterministic)")
-    ap.add_argument("--bwd-step", default="09d_variants,09e_instruction_budget,09f_dq_writer",
-                    help="our backward steps to compare, comma-separated ('' to skip); the ratio column is the last one's, "
-                         "and it is timed first at each point")
-    ap.add_argument("--json", default="", help="append JSON records here")
-    ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--ns", default="512,1024,2048,4096,8192,16384", help="sequence lengths of the FA2 sweep")
-    ap.add_argument("--check-max-n", type=int, default=2048, help="check against fp64 math only up to this N")
-    ap.add_argument("--dims", default="64,128", help="head dims of the FA2 sweep (a subset for a quick look)")
-    ap.add_argument("--causal", default="no,yes", help="which masks of the FA2 sweep: no, yes or both")
-    ap.add_argument("--sweeps", default="fa2", help="which sweeps, comma-separated: fa2 (the FA2 paper's), decode")
-    ap.add_argument("--decode-steps", default="08g_smem_epilogue,10_split_kv,10b_cluster_merge",
-                    help="our forward steps in the decode sweep (the ratios of the last one listed of 10_split_kv "
-                         "and 10b_cluster_merge are printed)")
-    ap.add_argument("--decode-b", default="1,16,64")
-    ap.add_argument("--decode-hkv", default="8,32")
-    ap.add_argument("--decode-nq", default="1,4")
-    ap.add_argument("--decode-nk", default="1024,8192,32768,131072")
-    ap.add_argument("--decode-splits", default="",
-                    help="also time 10_split_kv and 10b_cluster_merge (those of --decode-steps) with FLASHLADDER_SPLITS "
-                         "forced to each of these (the heuristic's check)")
-    ap.add_argument("--decode-settle-ms", type=float, default=100.0,
-                    help="decode sweep: launch each implementation untimed for this long before its warm-up "
-                         "(run 45 on an H100 timed the first implementation of a point up to 16%% low without it)")
-    ap.add_argument("--decode-max-bytes", type=float, default=40 * 2**30,
-                    help="skip decode points whose K+V exceed this many bytes (B=64, H_kv=32, Nk=131072 is 128 GiB)")
-    ap.add_argument("--no-decode-read", dest="decode_read", action="store_false",
-                    help="decode sweep: do not time the read-only kernel (fl_read_stream) at each point")
-    ap.add_argument("--decode-check-max-bytes", type=float, default=512 * 2**20,
-                    help="check decode outputs against fp64 math up to this many K+V bytes")
-    args = ap.parse_args()
+    args = make_parser().parse_args()
 
     if not torch.cuda.is_available():
         sys.exit("compare_torch.py: needs a CUDA device")

@@ -28,7 +28,21 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fl_results as flr  # noqa: E402  (need_torch: --help without PyTorch; record_flops: the program's FLOP count)
 
-flr.need_torch("compare_variants.py", __doc__)
+
+def make_parser():
+    """The options (built without PyTorch: flr.need_torch parses them where it is missing)."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
+    ap.add_argument("--fwd-step", default="08k_persistent")
+    ap.add_argument("--bwd-step", default="09d_variants")
+    ap.add_argument("--json", default="", help="append JSON records here")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--cases", default="", help="comma-separated indices into CASES (default all)")
+    return ap
+
+
+flr.need_torch("compare_variants.py", __doc__, make_parser())
 import torch  # noqa: E402
 
 import compare_torch as ct  # noqa: E402  (load, Ours, time_launches, DTYPES, record_commit)
@@ -59,15 +73,7 @@ CASES = [
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
-    ap.add_argument("--fwd-step", default="08k_persistent")
-    ap.add_argument("--bwd-step", default="09d_variants")
-    ap.add_argument("--json", default="", help="append JSON records here")
-    ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--cases", default="", help="comma-separated indices into CASES (default all)")
-    args = ap.parse_args()
+    args = make_parser().parse_args()
     if not torch.cuda.is_available():
         sys.exit("compare_variants.py: needs a CUDA device")
     try:

@@ -202,13 +202,33 @@ def run_main(name: str, main) -> int:
     return 2
 
 
-def need_torch(name: str, doc: str) -> None:
-    """For the scripts that time PyTorch: without it, --help still prints the script's docstring (exit
-    0), and anything else exits 1 naming what is missing, instead of an import traceback."""
+# The storage types the torch scripts compare (compare_torch.DTYPES maps each to torch's dtype and the C
+# API's code): here, so that their options can be parsed where PyTorch is missing.
+DTYPE_NAMES = ("fp16", "bf16")
+
+
+def add_problem_args(ap):
+    """One problem's options for the single-shape scripts (profile_pair.py, kernel_times.py): the
+    headline problem by default."""
+    ap.add_argument("-B", type=int, default=4)
+    ap.add_argument("-H", type=int, default=16)
+    ap.add_argument("-N", type=int, default=4096)
+    ap.add_argument("-d", type=int, default=128)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--dtype", default="fp16", choices=sorted(DTYPE_NAMES))
+
+
+def need_torch(name: str, doc: str, parser=None) -> None:
+    """For the scripts that time PyTorch: without it, the script's options are still parsed first when
+    `parser` (its argparse parser, built without PyTorch) is given: --help prints them and an unknown
+    option is refused by name (exit 2), as with PyTorch; then anything else exits 1 naming what is
+    missing, instead of an import traceback. Without a parser, --help prints the docstring."""
     try:
         import torch  # noqa: F401
     except ImportError as e:
-        if {"-h", "--help"} & set(sys.argv[1:]):
+        if parser is not None:
+            parser.parse_args()  # exits on --help (0) or a bad option (2)
+        elif {"-h", "--help"} & set(sys.argv[1:]):
             print((doc or "").strip())
             sys.exit(0)
         sys.exit(f"{name}: needs PyTorch (with CUDA, on the GPU machine): {e}")

@@ -29,7 +29,28 @@ from collections import defaultdict
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import fl_results as flr  # noqa: E402  (need_torch: --help without PyTorch)
 
-flr.need_torch("kernel_times.py", __doc__)
+
+def make_parser():
+    """The options (built without PyTorch: flr.need_torch parses them where it is missing)."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
+    ap.add_argument("--step", help="our step (default 09f_dq_writer; with --decode 10_split_kv)")
+    ap.add_argument("--decode", action="store_true", help="a decode forward (--heads-kv, --nq, --nk) instead of "
+                                                          "the backward of -N")
+    ap.add_argument("--heads-kv", type=int, help="--decode: K/V heads (default -H)")
+    ap.add_argument("--nq", type=int, default=1, help="--decode: query rows per head (default 1)")
+    ap.add_argument("--nk", type=int, default=8192, help="--decode: cached keys (default 8192)")
+    flr.add_problem_args(ap)
+    ap.add_argument("--reps", type=int, default=20, help="calls of each side (default 20)")
+    ap.add_argument("--json", help="append one record per side (docs/results' record, with kernels_us: "
+                                   "each kernel's µs per call)")
+    ap.add_argument("--no-lead-in", action="store_true",
+                    help="time the calls with the GPU idle at the start event (the host's call time included), "
+                         "as compare_torch did until run 64")
+    return ap
+
+
+flr.need_torch("kernel_times.py", __doc__, make_parser())
 import torch  # noqa: E402
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -122,22 +143,7 @@ def decode_sides(a, lib):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
-    ap.add_argument("--step", help="our step (default 09f_dq_writer; with --decode 10_split_kv)")
-    ap.add_argument("--decode", action="store_true", help="a decode forward (--heads-kv, --nq, --nk) instead of "
-                                                          "the backward of -N")
-    ap.add_argument("--heads-kv", type=int, help="--decode: K/V heads (default -H)")
-    ap.add_argument("--nq", type=int, default=1, help="--decode: query rows per head (default 1)")
-    ap.add_argument("--nk", type=int, default=8192, help="--decode: cached keys (default 8192)")
-    add_problem_args(ap)
-    ap.add_argument("--reps", type=int, default=20, help="calls of each side (default 20)")
-    ap.add_argument("--json", help="append one record per side (docs/results' record, with kernels_us: "
-                                   "each kernel's µs per call)")
-    ap.add_argument("--no-lead-in", action="store_true",
-                    help="time the calls with the GPU idle at the start event (the host's call time included), "
-                         "as compare_torch did until run 64")
-    a = ap.parse_args()
+    a = make_parser().parse_args()
     if not torch.cuda.is_available():
         sys.exit("kernel_times.py: needs a CUDA device")
     if a.reps < 1:

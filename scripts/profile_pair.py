@@ -24,7 +24,25 @@ import sys
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import fl_results as flr  # noqa: E402  (need_torch: --help without PyTorch)
 
-flr.need_torch("profile_pair.py", __doc__)
+
+def make_parser():
+    """The options (built without PyTorch: flr.need_torch parses them where it is missing)."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
+    ap.add_argument("--fwd-step", default="08g_smem_epilogue", help="our forward step ('' or none to skip)")
+    ap.add_argument("--bwd-step", default=None,
+                    help="our backward step ('' or none to skip; default 09_backward, none with a decode shape)")
+    flr.add_problem_args(ap)
+    ap.add_argument("--times", type=int, default=2, help="launches of each side")
+    ap.add_argument("--h-kv", type=int, default=0, help="K/V heads (GQA; 0: H)")
+    ap.add_argument("--nq", type=int, default=0, help="query rows (a decode shape with --nk; 0: N)")
+    ap.add_argument("--nk", type=int, default=0, help="keys (a decode shape with --nq; 0: N)")
+    ap.add_argument("--backend", default="flash", choices=["flash", "cudnn"],
+                    help="PyTorch's side: SDPA's FLASH_ATTENTION (FlashAttention-2) or CUDNN_ATTENTION")
+    return ap
+
+
+flr.need_torch("profile_pair.py", __doc__, make_parser())
 import torch  # noqa: E402
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -33,19 +51,7 @@ from compare_torch import DTYPES, Ours, add_problem_args, load, problem_inputs  
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
-    ap.add_argument("--fwd-step", default="08g_smem_epilogue", help="our forward step ('' or none to skip)")
-    ap.add_argument("--bwd-step", default=None,
-                    help="our backward step ('' or none to skip; default 09_backward, none with a decode shape)")
-    add_problem_args(ap)
-    ap.add_argument("--times", type=int, default=2, help="launches of each side")
-    ap.add_argument("--h-kv", type=int, default=0, help="K/V heads (GQA; 0: H)")
-    ap.add_argument("--nq", type=int, default=0, help="query rows (a decode shape with --nk; 0: N)")
-    ap.add_argument("--nk", type=int, default=0, help="keys (a decode shape with --nq; 0: N)")
-    ap.add_argument("--backend", default="flash", choices=["flash", "cudnn"],
-                    help="PyTorch's side: SDPA's FLASH_ATTENTION (FlashAttention-2) or CUDNN_ATTENTION")
-    a = ap.parse_args()
+    a = make_parser().parse_args()
     if not torch.cuda.is_available():
         sys.exit("profile_pair.py: needs a CUDA device")
     backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[a.backend]
