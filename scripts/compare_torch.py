@@ -246,11 +246,8 @@ def run_env():
     return env
 
 
-add_problem_args = flr.add_problem_args  # one problem's options (the single-shape scripts import it here)
-
-
 def problem_inputs(a):
-    """Q, K, V, dO of the problem add_problem_args parsed: [B][H][N][d], seeded, with a non-zero mean."""
+    """Q, K, V, dO of the problem fl_results.add_problem_args parsed: [B][H][N][d], seeded, with a non-zero mean."""
     g = torch.Generator(device="cuda").manual_seed(1)
     return tuple(torch.randn(a.B, a.H, a.N, a.d, device="cuda", generator=g).add_(0.5).to(DTYPES[a.dtype][0])
                  for _ in range(4))

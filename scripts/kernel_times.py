@@ -55,7 +55,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from compare_torch import DTYPES, LEAD_IN, Ours, add_problem_args, flops, load, problem_inputs, run_env  # noqa: E402
+from compare_torch import DTYPES, LEAD_IN, Ours, flops, load, problem_inputs, run_env  # noqa: E402
 
 
 def short(name, width=90):

@@ -47,7 +47,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from compare_torch import DTYPES, Ours, add_problem_args, load, problem_inputs  # noqa: E402
+from compare_torch import DTYPES, Ours, load, problem_inputs  # noqa: E402
 
 
 def main():
