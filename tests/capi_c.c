@@ -1,12 +1,14 @@
 /* flashladder — tests/capi_c.c: app/flashladder.h from C (C11, -Wall -Wextra -pedantic -Werror), linked
- * against libflashladder_capi.so. Two tests (tests/CMakeLists.txt):
- *   capi_c refusals  no GPU needed: an unknown step, a CPU step, a bad dtype, a null pointer and a bad
+ * against libflashladder_capi.so. Three tests (CMakeLists.txt):
+ *   capi.c_refusals  no GPU needed: an unknown step, a CPU step, a bad dtype, a null pointer and a bad
  *                    setter are refused with a message that names the problem; fl_reset_variants clears it.
- *   capi_c forward   a GPU forward (bf16, B 1, H 2, H_kv 1, Nq 5, Nk 77, d 64, causal) of two steps on
+ *   capi.c_forward   a GPU forward (bf16, B 1, H 2, H_kv 1, Nq 5, Nk 77, d 64, causal) of two steps on
  *                    memory this program owns, O and L poisoned with NaN first. Every V row is the same
  *                    vector u, so every row of O must be u (the softmax's weights sum to 1), and L is
  *                    computed here in double from the same inputs (bottom-right causal). Without a GPU
  *                    it says "GPU test skipped" (ctest shows a skip), or fails under FLASHLADDER_REQUIRE_GPU=1.
+ *   capi.installed   the refusals again, this file compiled against an installed prefix alone
+ *                    (tests/capi_installed.cmake).
  * Inputs are multiples of 1/8 in [-1, 1]: exact in bf16, whose bits are a float's top 16. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -15,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app/flashladder.h"
+#include "flashladder.h"  /* app/ in the build tree, <prefix>/include once installed */
 
 static int failures = 0;
 
