@@ -4,14 +4,7 @@
 # read the step sources installed in the prefix, not the build-time source tree. Any step failing
 # fails the test with its output.
 file(REMOVE_RECURSE ${WORK})
-function(step what)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "${what} failed (${rc}):\n${out}${err}")
-  endif()
-  message(STATUS "${what}: ok\n${out}")
-  set(last_out "${out}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/install_step.cmake)  # step()
 step("install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK}/prefix --component oracle)
 step("configure consumer" ${CMAKE_COMMAND} -S ${CONSUMER} -B ${WORK}/build -G ${GENERATOR}
      -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${WORK}/prefix
