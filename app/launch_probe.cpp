@@ -243,12 +243,15 @@ int main(int argc, char** argv) {
   // rows (step 10's tiles of 32 rows: 128 packed rows, split), and 32 K/V heads at B 1 (10b's own
   // clusters, with 2048 keys per split: on the H200 its deeper ring, deep_clusters), and 8 K/V heads of
   // 4 query heads at Nq 4 (8 tiles: on the H100 in 10b's clusters of 9; on the H200 in clusters of 8 of 8
-  // warps, two_to_a_gpc and eight_warps — given the H200's own cluster counts and bus width, above).
+  // warps, two_to_a_gpc and eight_warps — given the H200's own cluster counts and bus width, above), and
+  // two unsplit grids of one block per SM with 8192 keys a tile (512 tiles of 1 row, 400 of 16: on the
+  // H100 10b's rings with V ahead of K, v_ahead, swapped and not; on the H200 its blocks of 8 warps).
   struct Shape {
     int64_t B, H, H_kv, Nq, Nk;
   };
-  const Shape shapes[] = {{2, 4, 2, 512, 512}, {1, 8, 2, 1, 32768}, {1, 8, 2, 4, 8192}, {1, 2, 1, 8192, 8192},
-                          {1, 32, 1, 4, 32768}, {1, 32, 32, 1, 8192}, {1, 32, 8, 4, 8192}};
+  const Shape shapes[] = {{2, 4, 2, 512, 512},  {1, 8, 2, 1, 32768},  {1, 8, 2, 4, 8192},   {1, 2, 1, 8192, 8192},
+                          {1, 32, 1, 4, 32768}, {1, 32, 32, 1, 8192}, {1, 32, 8, 4, 8192}, {16, 32, 32, 1, 8192},
+                          {50, 32, 8, 4, 8192}};
   // The variants' template bits (softcap, ALiBi, per-sequence lengths; 09d's window) select kernels of
   // their own: each combination a step lists is probed too, so every instantiation's launch is recorded.
   // Bits: 1 softcap, 2 ALiBi, 4 variable length, 8 seqused_k (alone: the [B][H][N][d] layout with

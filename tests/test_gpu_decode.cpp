@@ -89,14 +89,16 @@ const std::vector<DecodeCase>& decode_cases() {
       // of 9, two_to_a_gpc) in blocks of 8 warps (eight_warps).
       {"gqa4_nq4_nk8195_causal_eight_warp_clusters", 1, 32, 8, 4, 8195, 128, true, DType::f16, 1.0},
       // 400 unsplit tiles of 16 rows at d 128 (one block per SM), the last wave 4 blocks of 132: on a
-      // memory of 4 TB/s or more (an H200) 10b's blocks of 8 warps (eight_warps with S = 1).
+      // memory of 4 TB/s or more (an H200) 10b's blocks of 8 warps (eight_warps with S = 1); on an H100
+      // 10b's rings with V ahead of K (v_ahead), swapped.
       {"mha_nq1_b25_nk8195_causal_eight_warp_last_wave", 25, 16, 16, 1, 8195, 128, true, DType::bf16, 1.0},
       // 8 tiles of 4 rows (4 query heads × Nq 1): 10b's product transposed (swapped: keys on the MMA's
       // 16-row side), on an H200 in clusters of 8 of 8 warps (2052 keys per split), on an H100 of 9 of 4.
       {"gqa4_nq1_nk16411_causal_swapped_eight_warp_clusters", 1, 32, 8, 1, 16411, 128, true, DType::bf16, 1.0},
       // 400 unsplit tiles of 16 rows (4 query heads × Nq 4, not swapped), the last wave 4 blocks: on an
       // H200 blocks of 8 warps that release each slot early (the kernel's kEarly), as the clusters of
-      // gqa4_nq4_nk8195_causal_eight_warp_clusters do. Last, so that the cases above keep their seeds.
+      // gqa4_nq4_nk8195_causal_eight_warp_clusters do; on an H100 rings with V ahead of K (v_ahead), not
+      // swapped. Last, so that the cases above keep their seeds.
       {"gqa4_nq4_b50_nk8195_causal_eight_warp_last_wave", 50, 32, 8, 4, 8195, 128, true, DType::f16, 1.0,
        "10b_cluster_merge"},
   };
@@ -531,6 +533,7 @@ int64_t blocks_for_memory(int64_t d) __attribute__((weak));
 bool eight_warps(const Problem& p, int64_t S) __attribute__((weak));
 bool swapped(const Problem& p, int64_t S) __attribute__((weak));
 bool one_per_sm(const Problem& p) __attribute__((weak));
+bool v_ahead(const Problem& p) __attribute__((weak));
 int m_tiles(const Problem& p) __attribute__((weak));
 int64_t row_tiles(const Problem& p) __attribute__((weak));
 }
@@ -780,6 +783,57 @@ TEST(ClusterMerge, UnsplitGridsWithAMostlyEmptyLastWaveRunEightWarps) {
   EXPECT_FALSE(fl::s10b::eight_warps(p, fl::s10b::splits(p))) << p.describe() << " with FLASHLADDER_SPLITS=2";
   if (!judged) GTEST_SKIP() << "where blocks of 8 warps run: not checked on this GPU (" << sms << " SMs, memory needs "
                             << needed << " blocks)";
+}
+
+// On the GPU: 10b copies V_j two warp tiles ahead of K_j (v_ahead()) where an H100 runs an unsplit grid
+// one block per SM (one_per_sm) that reads 8192 keys or more a tile: B 16 and 64 at H_kv 32, B 64 at
+// H_kv 8, Nq 1 and 4, Nk 8192 to 131072, and the two decode cases above that take those kernels (B 25,
+// 16 K/V heads, Nq 1, 8195 keys: swapped; B 50, H_kv 8, Nq 4: 16 rows, not swapped). Not at Nk 4096,
+// nor B 16 at H_kv 8 (128 tiles: blocks share an SM), nor a split grid (B 1), nor d 64, nor a window of
+// 4096 keys in a cache of 32768 (keys visited, not held), nor with FLASHLADDER_SPLITS asking for splits;
+// and never on an H200, whose unsplit grids copy after the wait (step 10's deep_memory).
+TEST(ClusterMerge, LongUnsplitReadsOnAnH100CopyVAheadOfK) {
+  FL_NEED_GPU();
+  ASSERT_TRUE(step10b() && fl::s10b::one_per_sm && fl::s10b::v_ahead) << "step 10b is not in this CUDA build";
+  int sms = 0;
+  std::string skip;
+  ASSERT_NO_FATAL_FAILURE(heuristic_gpu(&sms, &skip));
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  const SplitsEnv env("");
+  const int64_t needed = fl::s10b::blocks_for_memory(128);
+  const bool h100 = sms == 132 && needed == 62, h200 = sms == 132 && needed == 89;
+  auto with_d = [](Problem p, int64_t d) { p.d = d; return p; };
+  auto windowed = [](Problem p) { p.window_left = 4096; p.window_right = 0; return p; };
+  auto decode_case = [](const char* name) {
+    for (const DecodeCase& c : decode_cases())
+      if (std::string(c.name) == name) return problem_of(c);
+    ADD_FAILURE() << "no decode case " << name;
+    return Problem{};
+  };
+  for (auto [p, ahead] : {std::pair<Problem, bool>{decode_problem(16, 32, 1, 8192), true},
+                          {decode_problem(16, 32, 4, 131072), true}, {decode_problem(64, 32, 4, 32768), true},
+                          {decode_problem(64, 8, 1, 131072), true}, {decode_problem(64, 8, 4, 8192), true},
+                          {decode_case("mha_nq1_b25_nk8195_causal_eight_warp_last_wave"), true},
+                          {decode_case("gqa4_nq4_b50_nk8195_causal_eight_warp_last_wave"), true},
+                          {decode_problem(64, 32, 1, 4096), false}, {decode_problem(16, 8, 1, 8192), false},
+                          {decode_problem(1, 32, 1, 131072), false}, {with_d(decode_problem(64, 32, 1, 8192), 64), false},
+                          {windowed(decode_problem(64, 32, 1, 32768)), false}}) {
+    const bool here = fl::s10b::v_ahead(p);
+    if (h100) {
+      EXPECT_EQ(here, ahead) << p.describe() << " on an H100";
+    } else if (h200) {
+      EXPECT_FALSE(here) << p.describe() << ": V ahead of K on an H200";
+    } else {
+      std::cout << "  " << p.describe() << ": not checked (" << sms << " SMs, memory needs " << needed
+                << " blocks: neither an H200 nor an H100); here " << (here ? "V ahead" : "in step") << "\n";
+    }
+    if (here) EXPECT_TRUE(fl::s10b::one_per_sm(p) && fl::s10b::splits(p) == 1) << p.describe();
+  }
+  const SplitsEnv forced("2");
+  EXPECT_FALSE(fl::s10b::v_ahead(decode_problem(16, 32, 1, 8192))) << "with FLASHLADDER_SPLITS=2";
+  if (!h100 && !h200)
+    GTEST_SKIP() << "where V is copied ahead of K: not checked on this GPU (" << sms << " SMs, memory needs "
+                 << needed << " blocks)";
 }
 
 // On the GPU: 10b transposes its product (keys on the MMA's 16-row side, swapped()) exactly where a

@@ -67,6 +67,7 @@ constexpr int B_w = 16;      // keys per warp tile (one k-step of P̃V, two n-ti
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxSplits = 16;  // S: at most one cluster of blocks (Hopper's non-portable maximum), see above
+constexpr int kLead = 2;        // V_j's copies this many warp tiles ahead of K_j's, where v_ahead()
 
 // kStages warp tiles of K and V per warp ring, as in step 10 (see there, runs 153–157): a warp of a
 // 16-row tile sends the copies of tile k + kStages − 1 before it waits for tile k, with a stage fewer
@@ -81,14 +82,15 @@ constexpr int kMaxSplits = 16;  // S: at most one cluster of blocks (Hopper's no
 // memory (deep_clusters()). W: warps per block, kWarps, or 8 for the split clusters too few to keep up
 // with the memory in 4 and for an unsplit grid's mostly empty last wave (eight_warps()), which release each
 // slot early where their tiles are not swapped (the kernel's kEarly). The kernel's
-// N8: the product transposed for tiles of at most 8 rows (swapped()).
-template <int d, int R = 1, bool Late = (R == 2), int Extra = 0, int W = kWarps>
+// N8: the product transposed for tiles of at most 8 rows (swapped()). Lead: V_j's copies that many
+// warp tiles ahead of K_j's, in Lead more V slots (v_ahead(); 0 or kLead).
+template <int d, int R = 1, bool Late = (R == 2), int Extra = 0, int W = kWarps, int Lead = 0>
 struct Tiles {
   static constexpr bool kLate = Late;  // the copies after the wait, with one stage more
   static constexpr int kStages = (d <= 64 ? 5 : 2) + (kLate ? 1 : 0) + Extra;
   static constexpr int kRows = R * B_r;                                    // rows of a tile
   static constexpr int kTileElems = B_w * d;                               // one K or V warp tile
-  static constexpr int kRingElems = W * kStages * 2 * kTileElems;          // every warp's K and V slots
+  static constexpr int kRingElems = W * (kStages * 2 + Lead) * kTileElems;  // every warp's K and V slots
   static constexpr size_t kSmem = size_t(kRows * d + kRingElems) * 2;      // Q tile + rings (16-bit T)
   // What a launch asks for to run one block per SM: more than half of an SM's 228 KiB (the extra
   // 16 KiB are not used). Every split launch (S > 1) asks for it, so that the blocks of a cluster run
@@ -145,14 +147,15 @@ __device__ __forceinline__ void load_rows(T* tile, const T* block, int64_t rows_
 // design, and are compiled out. Silenced for this kernel only, rather than re-indent the product into
 // an `else`.
 #pragma nv_diag_suppress 128
-template <class T, int d, int R, bool Late, int Extra = 0, int W = kWarps, bool N8 = false>
+template <class T, int d, int R, bool Late, int Extra = 0, int W = kWarps, bool N8 = false, int Lead = 0>
 __global__ void __launch_bounds__(32 * W)
 attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                  T* __restrict__ O, float* __restrict__ L, int64_t M, int Nq, int Nk, int64_t H_kv, int64_t T_r,
                  int S, float scale, bool causal, const int32_t* __restrict__ seqused_k,
                  VariantArgs var) {
   static_assert(!N8 || R == 1, "the swapped product takes tiles of one m-tile (at most 8 rows of it used)");
-  using Tl = Tiles<d, R, Late, Extra, W>;
+  static_assert(Lead == 0 || (!Late && Extra == 0 && W == kWarps), "V ahead of K: in the ring measured, 4 warps copying before the wait");
+  using Tl = Tiles<d, R, Late, Extra, W, Lead>;
   constexpr int kStages = Tl::kStages, kTileElems = Tl::kTileElems, kRows = Tl::kRows;
   constexpr int kBlock = 32 * W;  // threads
   // Early release (blocks of 8 warps, 16-row tiles not swapped): a warp reads all of tile k's K and V
@@ -170,7 +173,7 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
   extern __shared__ __align__(128) unsigned char smem[];
   T* Q_s = reinterpret_cast<T*>(smem);  // Q tile: [kRows][d] in shared memory
-  T* ring = Q_s + kRows * d;            // [W][kStages][K, V][B_w][d]: each warp's own slots
+  T* ring = Q_s + kRows * d;  // [W][kStages][K, V][B_w][d]: each warp's own slots (with a Lead: [W][2·kStages + Lead][B_w][d])
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -229,18 +232,32 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   const int T_c = n_end > n_begin ? (n_end + B_w - 1) / B_w - j_first : 0;
   const int gw = s * W + warp, stride = S * W;  // this warp among the cluster's, and their count
   const int n_mine = T_c > gw ? (T_c - gw + stride - 1) / stride : 0;
-  T* my_ring = ring + warp * kStages * 2 * kTileElems;
+  // Tile k's slots: K_j and V_j side by side in slot k % kStages. With a Lead (v_ahead()), the warp's
+  // kStages slots of K, then kStages + Lead of V, whose copies run Lead tiles ahead of K's. At tile k
+  // the warp copies K of tile k + kStages − 1 and V of tile k + kStages − 1 + Lead, and both land in
+  // slots that tile k − 1 has just freed: K's (k − 1) mod kStages, V's (k − 1) mod (kStages + Lead).
+  T* my_ring = ring + warp * (kStages * 2 + Lead) * kTileElems;
+  constexpr int kSlot = Lead ? 1 : 2;  // tiles from one K slot to the next
+  auto V_slot = [&](int k) { return my_ring + (kStages + k % (kStages + Lead)) * kTileElems; };  // with a Lead
+  auto load_v = [&](int k) {  // with a Lead: V of this warp's k-th tile (copies not waited for)
+    const int j0 = (j_first + gw + stride * k) * B_w;
+    load_rows<T, d, B_w, 32>(V_slot(k), V_g + int64_t(j0) * d, n_k - j0, lane);
+  };
   auto load_kv = [&](int k) {  // this warp's k-th tile → slot k % kStages (copies not waited for)
     const int j0 = (j_first + gw + stride * k) * B_w;
-    T* K_s = my_ring + k % kStages * 2 * kTileElems;
+    T* K_s = my_ring + k % kStages * kSlot * kTileElems;
     load_rows<T, d, B_w, 32>(K_s, K_g + int64_t(j0) * d, n_k - j0, lane);  // keys past n_k: zeros, never read
-    load_rows<T, d, B_w, 32>(K_s + kTileElems, V_g + int64_t(j0) * d, n_k - j0, lane);
+    if constexpr (Lead == 0) load_rows<T, d, B_w, 32>(K_s + kTileElems, V_g + int64_t(j0) * d, n_k - j0, lane);
+    else if (k + Lead < n_mine) load_v(k + Lead);  // in the group of K's tile k: waited for before tile k + Lead
   };
 
-  // ---- Prologue: Q (the whole block), then each warp's first kStages − 1 tiles (kStages released
-  // early), one group each (committed even when empty, so that group k + 1 is always tile k: the waits
+  // ---- Prologue: Q (the whole block; with a Lead, the warp's first Lead tiles of V too), then each
+  // warp's first kStages − 1 tiles (kStages released early), one group each (committed even when empty, so that group k + 1 is always tile k: the waits
   // below count on it).
   load_rows<T, d, kRows, kBlock>(Q_s, Q_g, rows_here, threadIdx.x);
+#pragma unroll
+  for (int k = 0; k < Lead; ++k)  // V's first Lead tiles, with Q
+    if (k < n_mine) load_v(k);
   mma::cp_async_commit();
 #pragma unroll
   for (int k = 0; k < kAhead; ++k) {
@@ -322,8 +339,8 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
       if (k + kStages - 1 < n_mine) load_kv(k + kStages - 1);  // into tile k − 1's slot
       mma::cp_async_commit();
     }
-    const T* K_s = my_ring + k % kStages * 2 * kTileElems;  // K_j: [B_w][d], swizzled
-    const T* V_s = K_s + kTileElems;                        // V_j: [B_w][d], swizzled
+    const T* K_s = my_ring + k % kStages * kSlot * kTileElems;  // K_j: [B_w][d], swizzled
+    const T* V_s = Lead ? V_slot(k) : K_s + kTileElems;  // V_j: [B_w][d], swizzled
     const int j0 = (j_first + gw + stride * k) * B_w;      // first key of the tile
 
     if constexpr (N8) {
@@ -903,6 +920,25 @@ bool one_per_sm(const Problem& p) {
   return sms > 0 && p.B * p.H_kv * row_tiles(p) >= 3 * int64_t(sms);
 }
 
+// V_j's copies kLead of the warp's tiles ahead of K_j's (the kernel's Lead; as a block's 4 warps deal
+// the tiles in turn, 128 keys ahead, 32 KiB of the head's V at d = 128), where the grid is unsplit and
+// one block per SM (one_per_sm(), whose 116 KiB hold these rings' 100), each tile reads 8192 keys or
+// more, and the copies go before the wait (not on step 10's deep_memory: an H100). Why: for some
+// placements of the K and V buffers in DRAM, reading row x of K and row x of V together is slow for
+// any kernel that does so, our read-only kernel included, and cuDNN less so (step 10's README, "Where
+// K and V sit in DRAM", runs 163–170: there V ahead of K fixed it on older kernels, and was not kept
+// for want of device time to verify it). Run 287 (an H100, GPU-460598cb; this ring as a separate step
+// beside 10b in one library, O and L bit-identical to 10b's at seven shapes; issue 17's decode sweep
+// twice, fp16, H 32, d 128): at B 64, H_kv 32, Nq 4, Nk 32768, slow on that machine (the read-only
+// kernel 11264 µs), 10b took 11158 µs and this ring 10898 (cuDNN 11162); at the rule's other points
+// (B 16, H_kv 32; B 64, H_kv 8 and 32; Nk 8192 to 131072) 0.998–1.0005× 10b's speed, the least at B 64,
+// H_kv 8, Nq 4, Nk 8192. Not below 8192 keys: at Nk 1024 it ran at 0.971–0.983× 10b's speed at B 16
+// and 64 (B 64, H_kv 32, Nq 1: 359.8 against 350.8 µs; each warp has 16 tiles there; we did not find
+// why). Not where blocks share an SM: 32 KiB more per block would fit 2 there instead of 3.
+bool v_ahead(const Problem& p) {
+  return one_per_sm(p) && keys_visited(p) >= 8192 && !fl::s10::deep_memory(p.d);
+}
+
 // A split launch's clusters of 16-row tiles at d = 128 a stage deeper (4 stages, copies after the wait:
 // 3 warp tiles in flight while a warp multiplies; 132 KiB, still one block per SM) on a memory of 4
 // TB/s or more (step 10's deep_memory), where each split reads 2048 keys or more. The clusters' 96
@@ -1063,11 +1099,15 @@ void launch(const Problem& p, const ForwardArgs& a) {
   const bool deeper = deep_clusters(p, S);  // the clusters' ring a stage deeper (R = 1, d = 128 only)
   const bool eight = eight_warps(p, S);     // blocks of 8 warps (R = 1, d = 128 only)
   const bool n8 = swapped(p, S);  // keys on the MMA's long side (the kernel's N8)
+  const bool lead = !late && v_ahead(p);  // V's copies kLead tiles ahead of K's (R = 1, d = 128 only)
   auto kernel = attention_kernel<T, d, R, true>;
   if constexpr (R == 1) {
     if (!late) kernel = n8 ? attention_kernel<T, d, 1, false, 0, kWarps, true> : attention_kernel<T, d, 1, false>;
     if (late && n8) kernel = attention_kernel<T, d, 1, true, 0, kWarps, true>;
     if constexpr (d == 128) {
+      if (lead)
+        kernel = n8 ? attention_kernel<T, d, 1, false, 0, kWarps, true, kLead>
+                    : attention_kernel<T, d, 1, false, 0, kWarps, false, kLead>;
       if (deeper) kernel = attention_kernel<T, d, 1, true, 1>;  // never swapped (swapped())
       if (eight) kernel = n8 ? attention_kernel<T, d, 1, true, 0, 8, true> : attention_kernel<T, d, 1, true, 0, 8>;
     }
