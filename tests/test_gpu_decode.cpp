@@ -79,7 +79,8 @@ const std::vector<DecodeCase>& decode_cases() {
       {"gqa12_nq6_nk65536_causal_ragged_32_row_tiles", 1, 12, 1, 6, 65536, 128, true, DType::f16, 1.0},
       // And unsplit: 60 × 2 = 120 tiles of 32 rows are at least 90% of 132 SMs (an H100's or H200's), no split.
       {"gqa4_nq16_b60_causal_unsplit_32_row_tiles", 60, 4, 1, 16, 1000, 128, true, DType::f16, 1.0},
-      // 512 unsplit tiles of 16 rows at d 128, three or more per SM: steps 10 and 10b run one block per SM.
+      // 512 unsplit tiles of 16 rows at d 128, three or more per SM: step 10 runs one block per SM, and so
+      // does 10b on an H200 (on an H100 10b does from 8192 keys a tile: one_per_sm).
       {"mha_nq1_b16_nk300_one_block_per_sm", 16, 32, 32, 1, 300, 128, false, DType::bf16, 1.0},
       // 32 tiles of 16 rows at B 1 in 10b's clusters of 3 (an H200 schedules no 32 clusters of 4), 2732
       // keys per split: on a memory of 4 TB/s or more (an H200) 10b's ring a stage deeper (deep_clusters).
@@ -709,7 +710,8 @@ TEST(ClusterMerge, NoGpcHoldsTwoClustersOfNineOnAnH200) {
 // On the GPU: steps 10 and 10b ask for one block per SM exactly where the grid is unsplit, of 16-row
 // tiles, at d = 128, with at least three blocks per SM: B 16 and 64 at H_kv 32 and B 64 at H_kv 8 (512
 // and 2048 tiles), not B 16 at H_kv 8 (128 tiles), not a split grid (B 1), not d = 64, not 32-row tiles,
-// not with FLASHLADDER_SPLITS asking for splits.
+// not with FLASHLADDER_SPLITS asking for splits. On an H100 10b's reads of fewer than 8192 keys a tile
+// share an SM (B 64, H_kv 32, Nk 1024, run 292); step 10's, and an H200's, do not.
 TEST(SplitKv, ManyUnsplitTilesOf16RowsRunOneBlockPerSm) {
   FL_NEED_GPU();
   ASSERT_TRUE(step10() && step10b() && fl::s10::one_per_sm && fl::s10b::one_per_sm)
@@ -734,6 +736,11 @@ TEST(SplitKv, ManyUnsplitTilesOf16RowsRunOneBlockPerSm) {
     EXPECT_FALSE(fl::s10::one_per_sm(p)) << p.describe();
     EXPECT_FALSE(fl::s10b::one_per_sm(p)) << p.describe();
   }
+  const Problem short_reads = decode_problem(64, 32, 1, 1024);  // 2048 tiles of 1024 keys
+  EXPECT_EQ(fl::s10::one_per_sm(short_reads), 2048 >= 3 * int64_t(sms)) << short_reads.describe();
+  const int64_t needed = fl::s10b::blocks_for_memory(128);
+  if (needed == 62) EXPECT_FALSE(fl::s10b::one_per_sm(short_reads)) << short_reads.describe() << " on an H100";
+  if (needed == 89) EXPECT_TRUE(fl::s10b::one_per_sm(short_reads)) << short_reads.describe() << " on an H200";
   const SplitsEnv forced("2");
   EXPECT_FALSE(fl::s10::one_per_sm(decode_problem(16, 32, 1, 8192))) << "with FLASHLADDER_SPLITS=2";
   EXPECT_FALSE(fl::s10b::one_per_sm(decode_problem(16, 32, 1, 8192))) << "with FLASHLADDER_SPLITS=2";

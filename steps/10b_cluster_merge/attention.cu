@@ -913,9 +913,16 @@ int splits(const Problem& p) {
 // H_kv 32, Nq 4, Nk 32768: 11124–11131 against 11093–11097). At 128 blocks it is the same launch (one
 // per SM either way). Below three waves of one per SM the last wave would hold a larger share of the
 // read, on too few blocks to keep up with the memory: not measured, left at two per SM (or three: Tiles);
-// d = 64 (5 stages, 80 KiB of ring) was not measured either.
+// d = 64 (5 stages, 80 KiB of ring) was not measured either. On an H100, only where a tile reads 8192
+// keys or more: run 292 (GPU-5e9ba26b; this rule beside the old in one library, outputs bit-identical,
+// the decode sweep twice) found one block per SM the slower launch at Nk 1024, where the ring's own
+// 68 KiB put three to an SM: B 64, H_kv 8, Nq 4 99.3 → 94.5 µs; B 64, H_kv 8, Nq 1 and H_kv 32 1.0–2.2%
+// faster, B 16, H_kv 32 1.5–2.4% (10b 0.980–1.001× cuDNN at those five points before, 1.0005–1.025×
+// after). Between 1024 and 8192 keys not measured; on a memory of 4 TB/s or more (step 10's
+// deep_memory: an H200) not below 8192.
 bool one_per_sm(const Problem& p) {
   if (p.d != 128 || m_tiles(p) != 1 || splits(p) != 1) return false;
+  if (keys_visited(p) < 8192 && !fl::s10::deep_memory(p.d)) return false;
   const int sms = facts_for(p.d).sms;
   return sms > 0 && p.B * p.H_kv * row_tiles(p) >= 3 * int64_t(sms);
 }
