@@ -173,7 +173,8 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   const float scale_log2 = scale * 1.4426950408889634f;  // τ·log2 e: exp(τ x) = 2^(x·τ·log2 e)
   extern __shared__ __align__(128) unsigned char smem[];
   T* Q_s = reinterpret_cast<T*>(smem);  // Q tile: [kRows][d] in shared memory
-  T* ring = Q_s + kRows * d;  // [W][kStages][K, V][B_w][d]: each warp's own slots (with a Lead: [W][2·kStages + Lead][B_w][d])
+  T* ring = Q_s + kRows * d;  // [W][kStages][K, V][B_w][d]: each warp's own slots
+                              // (with a Lead: [W][2·kStages + Lead][B_w][d], below)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -252,8 +253,8 @@ attention_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __re
   };
 
   // ---- Prologue: Q (the whole block; with a Lead, the warp's first Lead tiles of V too), then each
-  // warp's first kStages − 1 tiles (kStages released early), one group each (committed even when empty, so that group k + 1 is always tile k: the waits
-  // below count on it).
+  // warp's first kStages − 1 tiles (kStages released early), one group each (committed even when empty,
+  // so that group k + 1 is always tile k: the waits below count on it).
   load_rows<T, d, kRows, kBlock>(Q_s, Q_g, rows_here, threadIdx.x);
 #pragma unroll
   for (int k = 0; k < Lead; ++k)  // V's first Lead tiles, with Q
