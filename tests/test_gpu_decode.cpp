@@ -388,6 +388,13 @@ const std::vector<VariantDecodeCase>& variant_cases() {
       {"gqa4_nq16_causal_window_500_0_seqused", 2, 8, 2, 16, 6000, 128, true, 500, 0, {6000, 20}, DType::bf16},
       // A window alone (no seqused_k): the forward steps with a window run it too.
       {"gqa8_nq1_window_1024_0", 2, 32, 4, 1, 8192, 128, false, 1024, 0, {}, DType::f16},
+      // 400 unsplit tiles of one row whose longest cache has 8195 keys: on an H100 10b's rings with V ahead
+      // of K (v_ahead counts the keys visited, the longest cache's), where the short caches give a warp
+      // 0, 1, 2 or 3 tiles of 16 keys (4 warps deal them in turn) — fewer than V's lead of 2 — and NaN
+      // rows past each cache that a copy of V running past n_k would put into O. Last: the seeds above stay.
+      {"mha_nq1_b25_causal_short_caches_v_ahead", 25, 16, 16, 1, 8195, 128, true, -1, -1,
+       {8195, 0, 1, 15, 16, 17, 31, 32, 33, 47, 48, 49, 63, 64, 65, 100, 127, 128, 129, 200, 255, 256, 257, 1000, 8192},
+       DType::bf16},
   };
   return c;
 }
@@ -794,8 +801,9 @@ TEST(ClusterMerge, UnsplitGridsWithAMostlyEmptyLastWaveRunEightWarps) {
 
 // On the GPU: 10b copies V_j two warp tiles ahead of K_j (v_ahead()) where an H100 runs an unsplit grid
 // one block per SM (one_per_sm) that reads 8192 keys or more a tile: B 16 and 64 at H_kv 32, B 64 at
-// H_kv 8, Nq 1 and 4, Nk 8192 to 131072, and the two decode cases above that take those kernels (B 25,
-// 16 K/V heads, Nq 1, 8195 keys: swapped; B 50, H_kv 8, Nq 4: 16 rows, not swapped). Not at Nk 4096,
+// H_kv 8, Nq 1 and 4, Nk 8192 to 131072, and the three decode cases above that take those kernels (B 25,
+// 16 K/V heads, Nq 1, 8195 keys: swapped; the same with short caches; B 50, H_kv 8, Nq 4: 16 rows, not
+// swapped). Not at Nk 4096,
 // nor B 16 at H_kv 8 (128 tiles: blocks share an SM), nor a split grid (B 1), nor d 64, nor a window of
 // 4096 keys in a cache of 32768 (keys visited, not held), nor with FLASHLADDER_SPLITS asking for splits;
 // and never on an H200, whose unsplit grids copy after the wait (step 10's deep_memory).
@@ -817,11 +825,18 @@ TEST(ClusterMerge, LongUnsplitReadsOnAnH100CopyVAheadOfK) {
     ADD_FAILURE() << "no decode case " << name;
     return Problem{};
   };
+  auto variant_case = [](const char* name) {
+    for (const VariantDecodeCase& c : variant_cases())
+      if (std::string(c.name) == name) return problem_of(c);
+    ADD_FAILURE() << "no decode variant case " << name;
+    return Problem{};
+  };
   for (auto [p, ahead] : {std::pair<Problem, bool>{decode_problem(16, 32, 1, 8192), true},
                           {decode_problem(16, 32, 4, 131072), true}, {decode_problem(64, 32, 4, 32768), true},
                           {decode_problem(64, 8, 1, 131072), true}, {decode_problem(64, 8, 4, 8192), true},
                           {decode_case("mha_nq1_b25_nk8195_causal_eight_warp_last_wave"), true},
                           {decode_case("gqa4_nq4_b50_nk8195_causal_eight_warp_last_wave"), true},
+                          {variant_case("mha_nq1_b25_causal_short_caches_v_ahead"), true},
                           {decode_problem(64, 32, 1, 4096), false}, {decode_problem(16, 8, 1, 8192), false},
                           {decode_problem(1, 32, 1, 131072), false}, {with_d(decode_problem(64, 32, 1, 8192), 64), false},
                           {windowed(decode_problem(64, 32, 1, 32768)), false}}) {

@@ -941,7 +941,7 @@ bool one_per_sm(const Problem& p) {
 // kernel 11264 µs), 10b took 11158 µs and this ring 10898 (cuDNN 11162); at the rule's other points
 // (B 16, H_kv 32; B 64, H_kv 8 and 32; Nk 8192 to 131072) 0.998–1.0005× 10b's speed, the least at B 64,
 // H_kv 8, Nq 4, Nk 8192. Not below 8192 keys: at Nk 1024 it ran at 0.971–0.983× 10b's speed at B 16
-// and 64 (B 64, H_kv 32, Nq 1: 359.8 against 350.8 µs; each warp has 16 tiles there; we did not find
+// and 64 (B 64, H_kv 32, Nq 1: 359.7–359.9 against 350.7–350.8 µs; 16 tiles a warp; we did not find
 // why). Not where blocks share an SM: 32 KiB more per block would fit 2 there instead of 3.
 bool v_ahead(const Problem& p) {
   return one_per_sm(p) && keys_visited(p) >= 8192 && !fl::s10::deep_memory(p.d);
