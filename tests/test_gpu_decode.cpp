@@ -276,6 +276,16 @@ void heuristic_gpu(int* sms, std::string* skip) {
             "): beyond, 16 splits of 512 keys no longer reach 90% of the SMs";
 }
 
+// In a test body: declares `int sms` (this GPU's SMs) and skips the test with heuristic_gpu()'s reason
+// where the GPU is outside the range its expectations assume.
+#define FL_HEURISTIC_GPU(sms)                              \
+  int sms = 0;                                             \
+  {                                                        \
+    std::string skip_;                                     \
+    ASSERT_NO_FATAL_FAILURE(heuristic_gpu(&sms, &skip_));  \
+    if (!skip_.empty()) GTEST_SKIP() << skip_;             \
+  }
+
 // The heuristic on this GPU: grids of fewer blocks than 90% of the SMs (B·H_kv = 8 or 32) are split into
 // just enough for that; grids of 128 blocks or more (run 46: unsplit was fastest) and issue 3's prefill
 // problem are not.
@@ -284,10 +294,7 @@ TEST(SplitKv, TheHeuristicSplitsSmallDecodeGridsOnly) {
   const Step* s = step10();
   ASSERT_TRUE(s) << "step 10 is not in this CUDA build";
   const SplitsEnv env("");
-  int sms = 0;
-  std::string skip;
-  ASSERT_NO_FATAL_FAILURE(heuristic_gpu(&sms, &skip));
-  if (!skip.empty()) GTEST_SKIP() << skip;
+  FL_HEURISTIC_GPU(sms);
   // Split: grids below 90% of one block per SM get the smallest S that reaches it, or the most that
   // still fit one block per SM where that is more (the keys allow it here: at least 8192 keys, 16
   // splits of 512). On 132 SMs: 16 for 8 blocks (the 90% rule alone: 15), 4 for 32.
@@ -326,10 +333,7 @@ TEST(SplitKv, LargeGroupsTakeTilesOf32RowsAndTwoBlocksPerSm) {
   const Step* s = step10();
   ASSERT_TRUE(s && fl::s10::m_tiles) << "step 10 is not in this CUDA build";
   const SplitsEnv env("");
-  int sms = 0;
-  std::string skip;
-  ASSERT_NO_FATAL_FAILURE(heuristic_gpu(&sms, &skip));
-  if (!skip.empty()) GTEST_SKIP() << skip;
+  FL_HEURISTIC_GPU(sms);
   for (auto [B, H_kv, Nq, Nk, rows, d] :
        {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{1, 1, 4, 131072, 32, 128},
         {1, 1, 16, 131072, 32, 128}, {1, 2, 4, 131072, 32, 128}, {4, 1, 16, 32768, 32, 128}, {16, 1, 16, 8192, 32, 128},
@@ -723,10 +727,7 @@ TEST(SplitKv, ManyUnsplitTilesOf16RowsRunOneBlockPerSm) {
   FL_NEED_GPU();
   ASSERT_TRUE(step10() && step10b() && fl::s10::one_per_sm && fl::s10b::one_per_sm)
       << "steps 10 and 10b are not in this CUDA build";
-  int sms = 0;
-  std::string skip;
-  ASSERT_NO_FATAL_FAILURE(heuristic_gpu(&sms, &skip));  // 128 tiles unsplit needs at most 142 SMs
-  if (!skip.empty()) GTEST_SKIP() << skip;
+  FL_HEURISTIC_GPU(sms);  // 128 tiles unsplit needs at most 142 SMs
   const SplitsEnv env("");
   auto with_d = [](Problem p, int64_t d) { p.d = d; return p; };
   for (auto [p, tiles] : {std::pair<Problem, int64_t>{decode_problem(16, 32, 1, 8192), 512},
@@ -762,10 +763,7 @@ TEST(SplitKv, ManyUnsplitTilesOf16RowsRunOneBlockPerSm) {
 TEST(ClusterMerge, UnsplitGridsWithAMostlyEmptyLastWaveRunEightWarps) {
   FL_NEED_GPU();
   ASSERT_TRUE(step10b() && fl::s10b::one_per_sm) << "step 10b is not in this CUDA build";
-  int sms = 0;
-  std::string skip;
-  ASSERT_NO_FATAL_FAILURE(heuristic_gpu(&sms, &skip));
-  if (!skip.empty()) GTEST_SKIP() << skip;
+  FL_HEURISTIC_GPU(sms);
   const SplitsEnv env("");
   const int64_t needed = fl::s10b::blocks_for_memory(128);
   bool judged = true;  // false: this GPU is neither an H200 nor an H100, and the 8-warp rule went unchecked
@@ -810,10 +808,7 @@ TEST(ClusterMerge, UnsplitGridsWithAMostlyEmptyLastWaveRunEightWarps) {
 TEST(ClusterMerge, LongUnsplitReadsOnAnH100CopyVAheadOfK) {
   FL_NEED_GPU();
   ASSERT_TRUE(step10b() && fl::s10b::one_per_sm && fl::s10b::v_ahead) << "step 10b is not in this CUDA build";
-  int sms = 0;
-  std::string skip;
-  ASSERT_NO_FATAL_FAILURE(heuristic_gpu(&sms, &skip));
-  if (!skip.empty()) GTEST_SKIP() << skip;
+  FL_HEURISTIC_GPU(sms);
   const SplitsEnv env("");
   const int64_t needed = fl::s10b::blocks_for_memory(128);
   const bool h100 = sms == 132 && needed == 62, h200 = sms == 132 && needed == 89;
