@@ -84,6 +84,47 @@ class ToolsHelp(unittest.TestCase):
         self.assertIn("--no-such-option", r.stderr)
         self.assertEqual(r.stdout, "")
 
+    def test_ci_run_answers_help_from_another_folder(self):
+        # It changed folder before reading its own header: started as a relative path from elsewhere,
+        # --help printed "sed: can't read" and exited 2.
+        parent = os.path.dirname(os.path.abspath(ROOT))
+        rel = os.path.join(os.path.relpath(os.path.abspath(ROOT), parent), ".ci", "run")
+        r = subprocess.run([rel, "--help"], capture_output=True, text=True, timeout=30, cwd=parent)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("tools/test", r.stdout)
+        self.assertEqual(r.stderr, "")
+
+    def test_tools_test_refuses_a_bare_word_or_an_option_without_its_value(self):
+        # ctest 3.25 reads `ctest docs`, `ctest -L` and `ctest -R` as no filter and runs every test, so
+        # `tools/test docs` (meaning -L docs) ran the whole suite. Refused before installing or building.
+        if shutil.which("ctest") is None:
+            self.skipTest("no ctest on PATH: tools/test would go on to install it")
+        for args in (["docs"], ["-L"], ["-R"], ["--timeout"], ["-R", "x", "y"], ["-j2", "-L", "docs", "-E"]):
+            with self.subTest(args=args):
+                r = run(os.path.join(TOOLS, "test"), *args)
+                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                self.assertIn("nothing was run", r.stderr)
+                self.assertEqual(r.stdout, "")
+
+    def test_device_run_refuses_a_bad_setting_before_any_stage(self):
+        # STAGES="biuld tetss" ran nothing and ended "done status=0"; TORCH_REPEATS=0 skipped the torch
+        # stage with status 0. A regression would start the build stage here (cmake), caught by the
+        # empty stdout (its first stage prints "=== device").
+        import tempfile
+        for setting, named in ((("STAGES", "biuld tetss"), "biuld"), (("STAGES", " "), "STAGES is empty"),
+                               (("TORCH_REPEATS", "0"), "TORCH_REPEATS"), (("DECODE_TIMEOUT", "ten"), "DECODE_TIMEOUT"),
+                               (("BUNDLE", "yes"), "BUNDLE")):
+            with self.subTest(setting=setting), tempfile.TemporaryDirectory() as out:
+                env = dict(os.environ, OUT=out)
+                env.pop("STAGES", None)
+                env[setting[0]] = setting[1]
+                r = subprocess.run([os.path.join(TOOLS, "device-run")], capture_output=True, text=True,
+                                   timeout=30, cwd=ROOT, env=env)
+                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                self.assertIn(named, r.stderr)
+                self.assertIn("nothing was run", r.stderr)
+                self.assertEqual(r.stdout, "")
+
     def test_tools_ladder_refuses_an_unknown_option_before_installing(self):
         # It used to install the dependencies and build (minutes on a fresh machine) before the program
         # refused the option; a regression would start apt here, and the 30 s timeout fails the test.
