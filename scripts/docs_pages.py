@@ -344,8 +344,14 @@ def measured_section(step: flr.Step, prev: flr.Step | None, steps, records, root
                                                     for d, c in cols) + " |")
     img = f"step_{step.folder}.png"
     if os.path.exists(os.path.join(root, "docs", "img", img)):
-        out += ["", f"![TFLOP/s against N: {step.folder}, the step before it, and PyTorch's FlashAttention-2 and "
-                    f"cuDNN]({img})"]
+        # A step timed by compare_torch.py's decode sweep has notebooks/results.ipynb's decode figure there.
+        if any(r.get("suite") == "compare_torch_decode" and r.get("impl") == step.folder for r in records):
+            out += ["", f"![K+V bytes per second against the cache length (decode, N_q = 1): {step.folder}, the "
+                        f"decode step before it, PyTorch's FlashAttention-2 and cuDNN, a kernel that only reads K "
+                        f"and V, and the device-to-device copy of the same run]({img})"]
+        else:
+            out += ["", f"![TFLOP/s against N: {step.folder}, the step before it, and PyTorch's FlashAttention-2 "
+                        f"and cuDNN]({img})"]
     return "\n".join(out) + "\n"
 
 
