@@ -13,6 +13,9 @@ Writes into --out (never into the sources):
   theory_<name>.md     each docs/<name>.md, with the measured ceilings and the glossary's code locations
                        filled in from docs/results and the sources
 
+Each page ends with a comment that marks it as written here: a page that went away is removed from
+--out only when it carries it, and a file of --out that is not such a page is never overwritten (refused).
+
 The sources are written for GitHub (math between $…$ and $$…$$, relative links); this script turns them
 into Doxygen's dialect (\\f$…\\f$, \\f[…\\f], @ref links) so the same text reads well in both places.
 Standard library only.
@@ -573,6 +576,21 @@ def main_page(root: str, links: Links) -> str:
             "the API under *Namespaces* and *Files*.\n")
 
 
+# The last line of every page written here: only a file carrying it is removed (a page that went away)
+# or overwritten. An HTML comment, so Doxygen shows nothing of it.
+MARK = "\n<!-- written by scripts/docs_pages.py: removed or rewritten by it; edit the sources instead -->\n"
+
+
+def written_here(path: str, page: str | None = None) -> bool:
+    """The file at path is a page of this script: it carries MARK, or (a page written before MARK
+    existed) it starts with the same title line as the page that replaces it."""
+    try:
+        text = flr.read_text(path)
+    except flr.Refused:
+        return False
+    return MARK in text or (page is not None and text.split("\n", 1)[0] == page.split("\n", 1)[0])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", required=True)
@@ -594,9 +612,18 @@ def main() -> int:
         pages[f"step_{s.number}.md"] = step_page(i, steps, records, links, root)
     for name in THEORY:
         pages[f"theory_{name}.md"] = theory_page(name, links, root, records)
+    pages = {name: text + MARK for name, text in pages.items()}
+    for name, text in pages.items():  # nothing is written or removed unless every page is ours to replace
+        path = os.path.join(a.out, name)
+        if os.path.exists(path) and not written_here(path, text):
+            raise flr.Refused(f"--out {a.out}: {name} is there and was not written by docs_pages.py: "
+                              "give the pages a folder of their own")
     for old in os.listdir(a.out):  # a step or page that went away leaves no stale page behind
-        if old.endswith(".md") and old not in pages:
-            os.remove(os.path.join(a.out, old))
+        path = os.path.join(a.out, old)
+        # Only a page this script wrote (it carries MARK): --out may be a folder with pages of its own
+        # (`--out .` once removed the repository's README.md).
+        if old.endswith(".md") and old not in pages and os.path.isfile(path) and written_here(path):
+            os.remove(path)
     for name, text in pages.items():
         path = os.path.join(a.out, name)
         if not os.path.exists(path) or flr.read_text(path) != text:

@@ -102,6 +102,34 @@ class BadArguments(OneLine):
         self.assertIn("not allowed with argument --check", r.stderr)
 
 
+class DocsPagesOut(OneLine):
+    """docs_pages removes and overwrites only the pages it wrote: `--out .` once removed README.md."""
+
+    def test_only_its_own_pages_are_removed(self):
+        mine = os.path.join(self.dir, "README.md")
+        with open(mine, "w") as f:
+            f.write("# not a page of docs_pages\n")
+        r = script("docs_pages.py", "--root", ROOT, "--out", self.dir)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.exists(mine), "docs_pages removed a file it did not write")
+        # A page that went away (written here: it carries the mark) is removed; the README still stays.
+        shutil.copy(os.path.join(self.dir, "ladder.md"), os.path.join(self.dir, "step_99.md"))
+        r = script("docs_pages.py", "--root", ROOT, "--out", self.dir)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "step_99.md")))
+        self.assertTrue(os.path.exists(mine))
+
+    def test_a_file_it_did_not_write_is_not_overwritten(self):
+        theirs = os.path.join(self.dir, "theory.md")
+        with open(theirs, "w") as f:
+            f.write("# someone's theory\n")
+        self.assertOneLine(script("docs_pages.py", "--root", ROOT, "--out", self.dir), "docs_pages",
+                           "theory.md is there and was not written by docs_pages.py")
+        with open(theirs) as f:
+            self.assertEqual(f.read(), "# someone's theory\n")
+        self.assertEqual(os.listdir(self.dir), ["theory.md"])  # refused before writing anything
+
+
 class ReadmeRecords(OneLine):
     """readme_table --print over a made-up root: the ladder's list and one headline record."""
     HEADLINE = {"impl": "08k_persistent", "pass": "fwd", "dtype": "fp16", "B": 4, "H": 16, "H_kv": 16, "Nq": 4096,
