@@ -17,6 +17,8 @@ reason=...`. This script reads those blocks and writes one row per step, one col
 number of errors the tool reported in that step's kernels, at which head dims it ran, and whether the
 oracle check under the tool passed. A step counts as checked at a head dim only if its check printed
 its verdict in that run: a run that timed out or crashed before reaching a step leaves it unchecked.
+A step run in several shapes at one head dim (10 and 10b alone) shows the errors of every shape, and the
+worst of their outcomes.
 
 Errors are attributed to a step by the kernel they name (namespace fl::sNN, or a path steps/NN_name/);
 in a run of one step, to that step. What cannot be attributed is reported as such, never dropped:
@@ -192,6 +194,42 @@ def variant_of(r: Run) -> str:
     return " ".join(VARIANT.findall(r.shape))
 
 
+# The worst first: a (tool, step, d) run in several shapes shows the worst of them.
+WORST = ("errors", "check-failed", "incomplete", "no-run", "clean")
+
+
+def shape_cell(tool: str, step: str, base: str, d: int, ran: list[Run]) -> Cell:
+    """What the runs of one shape say: the step alone (device-run's repeat of a shared run that did not
+    come back clean, in the same shape) says more than the shared run."""
+    alone = [r for r in ran if r.steps == [base]]
+    r = alone[-1] if alone else ran[-1]
+    errors, warnings = r.counts()
+    c = Cell(tool, step, d, "", errors.get(base, 0), warnings.get(base, 0), r.verdicts.get(base, ""), r.rc,
+             bool(alone), r.seconds)
+    if c.errors:
+        c.status = "errors"
+    elif c.verdict in ("FAIL", "ERROR"):
+        c.status = "check-failed"
+        c.note = f"{c.verdict} {r.reasons.get(base, '')}".strip()
+    elif c.verdict == "not run":
+        c.status = "no-run"
+        c.note = "not run: " + r.reasons.get(base, "")
+    elif not c.verdict or r.rc is None or r.timed_out:
+        c.status = "incomplete"
+        c.note = "timed out" if r.timed_out else "no verdict in the log" if c.verdict == "" else "log cut"
+    elif errors.get(UNATTRIBUTED, 0) and not alone:
+        c.status = "incomplete"
+        c.note = f"{errors[UNATTRIBUTED]} errors in a shared run could not be attributed"
+    elif r.rc != 0 and alone:
+        # The tool exits 99 on an error (--error-exitcode): a failed run of this step alone that shows
+        # no error and a passed check is not clean either.
+        c.status = "incomplete"
+        c.note = f"exit status {r.rc} with no error counted"
+    else:
+        c.status = "clean"
+    return c
+
+
 def cells(runs: list[Run]) -> list[Cell]:
     out: list[Cell] = []
     keys = sorted({(r.tool, r.d, s, variant_of(r)) for r in runs for s in r.steps}, key=lambda k: (k[0], k[2], k[3], k[1]))
@@ -202,27 +240,15 @@ def cells(runs: list[Run]) -> list[Cell]:
         if not ran:
             out.append(Cell(tool, step, d, "skipped", note=mine[0].skipped))
             continue
-        alone = [r for r in ran if r.steps == [base]]
-        r = alone[-1] if alone else ran[-1]  # one step alone says more than a shared run
-        errors, warnings = r.counts()
-        c = Cell(tool, step, d, "", errors.get(base, 0), warnings.get(base, 0), r.verdicts.get(base, ""), r.rc,
-                 bool(alone), r.seconds)
-        if c.errors:
-            c.status = "errors"
-        elif c.verdict in ("FAIL", "ERROR"):
-            c.status = "check-failed"
-            c.note = f"{c.verdict} {r.reasons.get(base, '')}".strip()
-        elif c.verdict == "not run":
-            c.status = "no-run"
-            c.note = "not run: " + r.reasons.get(base, "")
-        elif not c.verdict or r.rc is None or r.timed_out:
-            c.status = "incomplete"
-            c.note = "timed out" if r.timed_out else "no verdict in the log" if c.verdict == "" else "log cut"
-        elif errors.get(UNATTRIBUTED, 0) and not alone:
-            c.status = "incomplete"
-            c.note = f"{errors[UNATTRIBUTED]} errors in a shared run could not be attributed"
-        else:
-            c.status = "clean"
+        # device-run runs some steps (10, 10b) alone in several shapes at one d: every shape counts, not
+        # only the last (which hid an error of an earlier shape behind a clean 0).
+        shapes = list(dict.fromkeys(r.shape for r in ran))
+        per = [shape_cell(tool, step, base, d, [r for r in ran if r.shape == sh]) for sh in shapes]
+        c = min(per, key=lambda x: WORST.index(x.status))  # the worst shape gives the status and verdict
+        c = Cell(tool, step, d, c.status, sum(x.errors for x in per), sum(x.warnings for x in per), c.verdict,
+                 next((x.rc for x in per if x.rc != 0), per[-1].rc), all(x.alone for x in per),
+                 sum(x.seconds or 0 for x in per) if any(x.seconds is not None for x in per) else None,
+                 "; ".join(dict.fromkeys(x.note for x in per if x.note)))
         out.append(c)
     return out
 

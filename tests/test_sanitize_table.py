@@ -49,6 +49,25 @@ class SanitizeTable(unittest.TestCase):
         v = cs[("memcheck", "08j_variants `--softcap 20`", 128)]
         self.assertEqual((v.status, v.errors), ("errors", 1))
 
+    def test_every_shape_of_a_step_alone_counts(self):
+        # tools/device-run runs 10 and 10b alone in several shapes at one d: an error in the 2nd of 3
+        # must reach the table, not hide behind the last shape's clean run (run 197's log with one added).
+        def run(shape, err, rc):
+            return ([f"### sanitize tool=memcheck d=128 steps=10b_cluster_merge shape={shape}\n"] +
+                    (["========= Invalid __global__ read of size 4 bytes\n",
+                      "=========     at void fl::s10b::merge_kernel<int>(...)+0x100\n", "=========\n"] if err else []) +
+                    ["10b_cluster_merge: pass (forward)\n", f"========= ERROR SUMMARY: {err} errors\n",
+                     f"### end tool=memcheck d=128 rc={rc} seconds=1\n"])
+        log = run("-B 1 --nk 65", 0, 0) + run("-B 2 --nk 1000", 1, 99) + run("-B 1 --nk 8192", 0, 0)
+        c = {(c.tool, c.step, c.d): c for c in st.cells(st.parse(log))}[("memcheck", "10b_cluster_merge", 128)]
+        self.assertEqual((c.status, c.errors, c.rc), ("errors", 1, 99))
+        self.assertIn("**1 error** (d 128)", st.markdown(st.parse(log), [c], "t"))
+        # A failed run (rc 99) of the step alone that shows no error is not clean either.
+        log = run("-B 1 --nk 65", 0, 0) + run("-B 2 --nk 1000", 0, 99) + run("-B 1 --nk 8192", 0, 0)
+        c = st.cells(st.parse(log))[0]
+        self.assertEqual(c.status, "incomplete")
+        self.assertIn("exit status 99 with no error counted", c.note)
+
     def test_every_run_is_read(self):
         self.assertEqual(len(self.runs), 11)
         self.assertEqual([r.tool for r in self.runs if r.skipped], ["synccheck"])
