@@ -37,30 +37,54 @@ def refuse(msg):
     sys.exit(2)
 
 
+def is_rate(v):
+    """A time or rate a table may show: positive and finite, or NaN (a broken run's honest value: it meets
+    no bar, tests/test_bars.py). A negative, zero, infinite or string one is no measurement, and would
+    meet or miss a bar unnoticed (or crash the script)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and (math.isnan(v) or (math.isfinite(v) and v > 0))
+
+
+def is_count(v):
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+# What a field of a record must be, for every field the tables read: (test, what it is not).
+FIELDS = {"impl": (lambda v: isinstance(v, str) and v != "", "a name (a non-empty string)"),
+          "pass": (lambda v: isinstance(v, str) and v != "", "a name (a non-empty string)"),
+          "dtype": (lambda v: isinstance(v, str) and v != "", "a storage type's name (a string)"),
+          "causal": (lambda v: isinstance(v, bool), "true or false"),
+          "splits_forced": (lambda v: isinstance(v, bool), "true or false"),
+          "splits": (is_count, "a positive whole number"), "splits_asked": (is_count, "a positive whole number"),
+          **{f: (is_count, "a positive whole number") for f in ("d", "B", "H", "H_kv", "Nq", "Nk")},
+          **{f: (is_rate, "a positive number (nor NaN, a broken run's)")
+             for f in ("tflops", "median_ms", "bytes_per_s", "kv_bytes_per_s")}}
+
+
 def load(path):
     """The records of one file; a line that is not a JSON object, or a record whose fields the tables
-    read are missing or wrong, is refused (exit 2), naming the file and line: a negative or string
-    time would otherwise reach a table, and meet a bar, or crash the script."""
+    read are missing or wrong, is refused (exit 2), naming the file and line: a record that a table
+    would skip, read wrongly ("false" as true) or crash on never reaches one. So is a file with none."""
     out = []
     for where, r in flr.read_jsonl(path, refuse):
-        for f in ("impl", "pass"):
-            if f not in r:
-                refuse(f"{where}: a record needs {f}")
-        if r.get("tflops") is not None:  # an attention record (a copy's has no problem and no tflops)
-            for f in ("dtype", "causal", "d", "B", "H", "Nq", "Nk"):
-                if f not in r:
-                    refuse(f"{where}: a record with tflops needs {f}")
-            for f in ("d", "B", "H", "Nq", "Nk"):
-                if not isinstance(r[f], int) or isinstance(r[f], bool) or r[f] < 1:
-                    refuse(f"{where}: {f} = {r[f]!r} is not a positive whole number")
-        for f in ("tflops", "median_ms", "bytes_per_s"):
-            v = r.get(f)
-            # NaN is a broken run's honest value: it meets no bar (tests/test_bars.py). A negative, zero
-            # or infinite one is not a measurement, and would meet or miss a bar unnoticed.
-            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or
-                                  not (math.isnan(v) or (math.isfinite(v) and v > 0))):
-                refuse(f"{where}: {f} = {v!r} is not a positive number (nor NaN, a broken run's)")
+        need = ["impl", "pass"]
+        if isinstance(r.get("pass"), str) and r["pass"] != "copy":
+            # An attention record, or a read of its K and V (pass read): the problem and its time; a
+            # forward or backward needs its rate too (one without was dropped from the tables unsaid).
+            need += ["dtype", "causal", "d", "B", "H", "H_kv", "Nq", "Nk", "median_ms"]
+            if r["pass"] in ("fwd", "bwd"):
+                need.append("tflops")
+        elif r.get("impl") == "d2d_copy":  # the copy has no problem: its bandwidth is the decode bar's
+            need.append("bytes_per_s")
+        for f in need:
+            if r.get(f) is None:
+                refuse(f"{where}: {f} is null or missing: a record of pass {r.get('pass')!r} needs it")
+        for f, (ok, what) in FIELDS.items():
+            # An optional field (kv_bytes_per_s, splits, ...) may be absent or null, never wrong.
+            if r.get(f) is not None and not ok(r[f]):
+                refuse(f"{where}: {f} = {r[f]!r} is not {what}")
         out.append(r)
+    if not out:
+        refuse(f"{path}: no records in it")
     return out
 
 

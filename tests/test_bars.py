@@ -192,5 +192,57 @@ class DecodeRepetitions(unittest.TestCase):
         self.assertIn("| 0 of 2 |", out)
 
 
+class BadRecords(unittest.TestCase):
+    """A record a table would skip ("bars met at 31 of 33" for a null tflops), read wrongly ("false" as
+    true) or crash on, and a file with no record, are refused with the file and line (exit 2)."""
+
+    def refused(self, option, recs, text=None):
+        with tempfile.TemporaryDirectory() as t:
+            path = os.path.join(t, "bad.jsonl")
+            with open(path, "w") as f:
+                f.write(text if text is not None else "".join(json.dumps(r) + "\n" for r in recs))
+            p = subprocess.run([sys.executable, SCRIPT, option, path], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        return p.stderr.strip().replace(path, "bad.jsonl")
+
+    def test_a_wrong_decode_field_is_refused_with_its_line(self):
+        for field, value, says in (("tflops", None, "tflops is null or missing"),
+                                   ("tflops", "12.3", "tflops = '12.3' is not a positive number"),
+                                   ("median_ms", None, "median_ms is null or missing"),
+                                   ("H_kv", None, "H_kv is null or missing"),
+                                   ("H_kv", -8, "H_kv = -8 is not a positive whole number"),
+                                   ("H_kv", "8", "H_kv = '8' is not a positive whole number"),
+                                   ("causal", "false", "causal = 'false' is not true or false"),
+                                   ("splits_forced", "false", "splits_forced = 'false' is not true or false"),
+                                   ("kv_bytes_per_s", -1e12, "kv_bytes_per_s = -1000000000000.0 is not a positive"),
+                                   ("kv_bytes_per_s", "1e12", "kv_bytes_per_s = '1e12' is not a positive"),
+                                   ("impl", 5, "impl = 5 is not a name"), ("impl", ["x"], "impl = ['x'] is not a name"),
+                                   ("dtype", ["fp16"], "dtype = ['fp16'] is not a storage type's name")):
+            with self.subTest(field=field, value=value):
+                recs = two_decode_points()
+                recs[4][field] = value  # line 5: 10_split_kv at B 16, Nk 32768
+                self.assertIn(f"bars.py: bad.jsonl:5: {says}", self.refused("--decode", recs))
+        recs = two_decode_points()
+        del recs[2]["tflops"]
+        self.assertIn("bad.jsonl:3: tflops is null or missing", self.refused("--decode", recs))
+
+    def test_a_copy_without_its_bandwidth_is_refused(self):
+        recs = two_decode_points()
+        del recs[0]["bytes_per_s"]
+        self.assertIn("bad.jsonl:1: bytes_per_s is null or missing", self.refused("--decode", recs))
+
+    def test_a_wrong_torch_field_is_refused(self):
+        good = rec("08k_persistent", "fwd", 2048, 500.0)
+        self.assertIn("bad.jsonl:2: dtype = 16 is not", self.refused("--torch", [good, dict(good, dtype=16)]))
+        self.assertIn("bad.jsonl:1: tflops = True is not", self.refused("--torch", [dict(good, tflops=True)]))
+
+    def test_an_empty_file_is_refused(self):
+        for option in ("--torch", "--decode"):
+            for text in ("", "\n\n"):
+                self.assertEqual(self.refused(option, [], text), "bars.py: bad.jsonl: no records in it")
+
+
 if __name__ == "__main__":
     unittest.main()
