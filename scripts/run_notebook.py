@@ -12,7 +12,8 @@
 The notebooks find the repository through FLASHLADDER_ROOT and write their figures to FLASHLADDER_IMG_DIR
 (results.ipynb: docs/img/ by default; the test points it into the build folder so a test run never
 changes tracked files; tools/docs-refresh points it at docs/img/).
-Exit status: 0 pass, 1 fail, 2 no notebook to run (missing or not JSON), 77 skipped (a package missing; FLASHLADDER_REQUIRE_DOCS=1 turns that into 1).
+Exit status: 0 pass, 1 fail, 2 no notebook to run (missing or not JSON) or an --out that cannot hold
+the executed copy (not a folder, or the notebook's own folder), 77 skipped (a package missing; FLASHLADDER_REQUIRE_DOCS=1 turns that into 1).
 """
 import argparse
 import json
@@ -65,6 +66,19 @@ def main() -> int:
               f"  jupyter-nbconvert --clear-output --inplace {a.notebook}")
         return 1
 
+    # --out: a folder, and never the notebook's own (nbconvert writes the executed copy under the
+    # notebook's name, over the source). Checked before the packages, so it holds wherever it runs.
+    nb_path = os.path.abspath(a.notebook)
+    if a.out is not None:
+        if os.path.exists(a.out) and not os.path.isdir(a.out):
+            print(f"run_notebook.py: --out {a.out} is not a folder (the executed copy is written into it)",
+                  file=sys.stderr)
+            return 2
+        if os.path.realpath(os.path.join(a.out, os.path.basename(nb_path))) == os.path.realpath(nb_path):
+            print(f"run_notebook.py: --out {a.out} is the notebook's own folder: the executed copy would "
+                  f"overwrite {a.notebook} (its source); give another folder", file=sys.stderr)
+            return 2
+
     missing = []
     for mod in ("nbconvert", "nbclient", "ipykernel", "numpy", "matplotlib"):
         try:
@@ -76,9 +90,12 @@ def main() -> int:
               "jupyter-nbconvert, python3-nbclient, python3-ipykernel, python3-numpy, python3-matplotlib")
         return 1 if os.environ.get("FLASHLADDER_REQUIRE_DOCS") == "1" else 77
 
-    nb_path = os.path.abspath(a.notebook)
     out = os.path.abspath(a.out or tempfile.mkdtemp(prefix="flashladder-nb-"))
-    os.makedirs(out, exist_ok=True)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        print(f"run_notebook.py: cannot create the folder {a.out}: {e.strerror}", file=sys.stderr)
+        return 2
     env = dict(os.environ)
     env["FLASHLADDER_ROOT"] = ROOT
     env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # quiets the kernel's debugger notes

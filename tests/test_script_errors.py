@@ -96,6 +96,22 @@ class BadArguments(OneLine):
                            "cannot read", "none.ipynb: No such file or directory")
         self.assertOneLine(script("run_notebook.py", bad), "bad.ipynb is not a notebook")
 
+    def test_notebook_out_that_cannot_hold_the_copy(self):
+        # --out the notebook's own folder would write the executed copy over the source; --out a file is
+        # no folder. Both refused (exit 2) before anything runs, the source untouched.
+        nb = os.path.join(self.dir, "t.ipynb")
+        shutil.copy(os.path.join(ROOT, "notebooks", "online_softmax.ipynb"), nb)
+        with open(nb, "rb") as f:
+            before = f.read()
+        r = subprocess.run([sys.executable, os.path.join(SCRIPTS, "run_notebook.py"), "t.ipynb", "--out", "."],
+                           cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+        self.assertOneLine(r, "run_notebook.py: --out . is the notebook's own folder", "overwrite t.ipynb")
+        with open(nb, "rb") as f:
+            self.assertEqual(f.read(), before)
+        self.assertOneLine(script("run_notebook.py", nb, "--out", nb), f"--out {nb} is not a folder")
+        if os.path.exists("/dev/full"):
+            self.assertOneLine(script("run_notebook.py", nb, "--out", "/dev/full"), "--out /dev/full is not a folder")
+
     def test_diff_table_check_and_print_exclude_each_other(self):
         r = script("diff_table.py", "--check", "--print")
         self.assertEqual(r.returncode, 2)
