@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -35,29 +34,6 @@ import fl_results as flr  # noqa: E402  (read_jsonl: the records, refused with t
 def refuse(msg):
     print(f"bars.py: {msg}", file=sys.stderr)
     sys.exit(2)
-
-
-def is_rate(v):
-    """A time or rate a table may show: positive and finite, or NaN (a broken run's honest value: it meets
-    no bar, tests/test_bars.py). A negative, zero, infinite or string one is no measurement, and would
-    meet or miss a bar unnoticed (or crash the script)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and (math.isnan(v) or (math.isfinite(v) and v > 0))
-
-
-def is_count(v):
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
-
-
-# What a field of a record must be, for every field the tables read: (test, what it is not).
-FIELDS = {"impl": (lambda v: isinstance(v, str) and v != "", "a name (a non-empty string)"),
-          "pass": (lambda v: isinstance(v, str) and v != "", "a name (a non-empty string)"),
-          "dtype": (lambda v: isinstance(v, str) and v != "", "a storage type's name (a string)"),
-          "causal": (lambda v: isinstance(v, bool), "true or false"),
-          "splits_forced": (lambda v: isinstance(v, bool), "true or false"),
-          "splits": (is_count, "a positive whole number"), "splits_asked": (is_count, "a positive whole number"),
-          **{f: (is_count, "a positive whole number") for f in ("d", "B", "H", "H_kv", "Nq", "Nk")},
-          **{f: (is_rate, "a positive number (nor NaN, a broken run's)")
-             for f in ("tflops", "median_ms", "bytes_per_s", "kv_bytes_per_s")}}
 
 
 def load(path):
@@ -78,10 +54,9 @@ def load(path):
         for f in need:
             if r.get(f) is None:
                 refuse(f"{where}: {f} is null or missing: a record of pass {r.get('pass')!r} needs it")
-        for f, (ok, what) in FIELDS.items():
-            # An optional field (kv_bytes_per_s, splits, ...) may be absent or null, never wrong.
-            if r.get(f) is not None and not ok(r[f]):
-                refuse(f"{where}: {f} = {r[f]!r} is not {what}")
+        why = flr.field_problem(r)  # an optional field (kv_bytes_per_s, splits, ...) may be absent, never wrong
+        if why:
+            refuse(f"{where}: {why}")
         out.append(r)
     if not out:
         refuse(f"{path}: no records in it")

@@ -277,24 +277,63 @@ def read_jsonl(path: str, refuse):
             yield where, r
 
 
+def is_rate(v) -> bool:
+    """A time or rate a table may show: positive and finite, or NaN (a broken run's honest value: it meets
+    no bar, scripts/bars.py). A negative, zero, infinite or string one is no measurement, and would reach
+    a table as a number (or crash it)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and (math.isnan(v) or (math.isfinite(v) and v > 0))
+
+
+def is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def _name(v) -> bool:
+    return isinstance(v, str) and v != ""
+
+
+# What a record's field must be where it is there and not null, for the fields the scripts read:
+# (test, what it is not). A list impl is a TypeError in a dict, "false" reads as true, a string
+# tol_used a ValueError at its format: refused with the file and line instead (field_problem).
+FIELD_CHECKS = {
+    "impl": (_name, "a name (a non-empty string)"), "pass": (_name, "a name (a non-empty string)"),
+    "dtype": (_name, "a storage type's name (a string)"),
+    "causal": (lambda v: isinstance(v, bool), "true or false"),
+    "splits_forced": (lambda v: isinstance(v, bool), "true or false"),
+    **{f: (is_count, "a positive whole number") for f in ("d", "B", "H", "H_kv", "Nq", "Nk", "splits", "splits_asked")},
+    **{f: (is_rate, "a positive number (nor NaN, a broken run's)")
+       for f in ("tflops", "median_ms", "bytes_per_s", "kv_bytes_per_s")},
+    "pass_check": (lambda v: isinstance(v, bool), "true or false"),
+    # NaN or infinite: an error the check could not bound, which the README shows as a FAIL.
+    "tol_used": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and (math.isnan(v) or v >= 0),
+                 "a number >= 0"),
+}
+
+
+def field_problem(rec: dict) -> str | None:
+    """The first field of FIELD_CHECKS that rec holds wrongly, as "f = value is not ..."; None: none."""
+    for f, (ok, what) in FIELD_CHECKS.items():
+        if rec.get(f) is not None and not ok(rec[f]):
+            return f"{f} = {rec[f]!r} is not {what}"
+    return None
+
+
 def load_records(root: str) -> list[dict]:
     """Every record of docs/results/*.jsonl, files in name order, lines in file order. A line that is
-    not a JSON object, or a record whose time or rate no table could show, is an error that names the
-    file and line (Refused; tables are never made from guesses)."""
+    not a JSON object, a record whose time or rate no table could show, or one holding a field of the
+    wrong type (FIELD_CHECKS), is an error that names the file and line (Refused; tables are never made
+    from guesses)."""
     out = []
     for path in sorted(glob.glob(os.path.join(root, "docs", "results", "*.jsonl"))):
         for where, rec in read_jsonl(path, _raise):
             if "impl" not in rec:
                 raise Refused(f"{where}: a record must be a JSON object with an 'impl' field")
+            why = field_problem(rec)
+            if why:
+                raise Refused(f"{where}: {why}")
             for f in ("tflops", "median_ms"):
-                v = rec.get(f)
-                # null or absent: a record with no rate (a copy's, a read's; pass copy or read). A negative,
-                # zero, infinite or string one is no measurement: it would reach a table as a number (or
-                # crash it). NaN is a broken run's honest value (scripts/bars.py: it meets no bar), kept.
-                if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or
-                                      not (math.isnan(v) or (math.isfinite(v) and v > 0))):
-                    raise Refused(f"{where}: {f} = {v!r} is not a positive number (nor NaN, a broken run's)")
-                if v is None and rec.get("pass") in ("fwd", "bwd"):
+                # null or absent: a record with no rate (a copy's, a read's; pass copy or read).
+                if rec.get(f) is None and rec.get("pass") in ("fwd", "bwd"):
                     raise Refused(f"{where}: {f} is null or missing: a record of a {rec['pass']} pass needs a number")
             rec["_file"] = os.path.relpath(path, root)
             rec["_line"] = int(where.rsplit(":", 1)[1])

@@ -176,6 +176,20 @@ class ReadmeRecords(OneLine):
                     self.assertOneLine(r, "readme_table", "run.jsonl:1", f"{field} = " if bad is not None
                                        else f"{field} is null or missing")
 
+    def test_a_field_of_the_wrong_type_is_refused_with_its_place(self):
+        # load_records: a list impl was a TypeError traceback (readme_table --check, docs_pages), a string
+        # tol_used a ValueError (exit 1, which --check reads as "stale"), "false" read as true.
+        for field, bad, says in (("impl", ["x"], "impl = ['x'] is not a name"),
+                                 ("tol_used", "0.5", "tol_used = '0.5' is not a number >= 0"),
+                                 ("pass_check", "false", "pass_check = 'false' is not true or false"),
+                                 ("causal", "false", "causal = 'false' is not true or false"),
+                                 ("H_kv", -16, "H_kv = -16 is not a positive whole number")):
+            with self.subTest(field=field):
+                shutil.rmtree(os.path.join(self.dir, "steps"), ignore_errors=True)
+                shutil.rmtree(os.path.join(self.dir, "docs"), ignore_errors=True)
+                self.assertOneLine(self.table(json.dumps(dict(self.HEADLINE, **{field: bad})).encode()),
+                                   "readme_table", "run.jsonl:1: " + says)
+
     def test_nan_is_a_broken_run_shown_as_such(self):
         # NaN is a broken run's honest value in the records (scripts/bars.py: it meets no bar): kept.
         r = self.table(json.dumps(dict(self.HEADLINE, tflops=float("nan"))).encode())
