@@ -35,17 +35,25 @@ def refuse(msg: str):
 
 
 def load(path: str) -> list[dict]:
-    out = []
+    out, n = [], 0
     # read_jsonl: an unreadable file, a line that is not UTF-8 or not a JSON object is refused with its place.
     for where, rec in flr.read_jsonl(path, refuse):
-        if "impl" not in rec or "tflops" not in rec:
-            refuse(f"{where}: a record needs 'impl' and 'tflops'")
-        tf = rec["tflops"]
-        # A NaN would pass through every ratio and min/max unnoticed: refused, with its line.
-        if not isinstance(tf, (int, float)) or not math.isfinite(tf) or tf <= 0:
+        n += 1
+        if "impl" not in rec:
+            refuse(f"{where}: a record needs 'impl'")
+        # A forward or backward needs its rate; a copy's or a read's record (in a decode file) has none.
+        timed = rec.get("pass") in ("fwd", "bwd")
+        tf = rec.get("tflops")
+        # A NaN would pass through every ratio and min/max unnoticed: refused, with its line (so is true).
+        if timed and (not isinstance(tf, (int, float)) or isinstance(tf, bool) or not math.isfinite(tf) or tf <= 0):
             refuse(f"{where}: tflops = {tf!r} is not a finite positive number")
-        if not flr.is_variant(rec) and rec.get("pass") in ("fwd", "bwd"):
+        why = flr.field_problem(rec)  # a list impl, "causal": "false" ...
+        if why:
+            refuse(f"{where}: {why}")
+        if timed and not flr.is_variant(rec):
             out.append(rec)
+    if not n:
+        refuse(f"{path}: no records in it")
     return out
 
 

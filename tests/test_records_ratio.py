@@ -62,6 +62,33 @@ class RecordsRatio(RecordsScriptCase):
             self.assertIn("nan.jsonl:2", out.stderr)
             self.assertIn("not a finite positive number", out.stderr)
 
+    def test_a_decode_file_with_its_copy_and_reads(self):
+        # The copy's and the read kernel's records have no tflops by design: a decode file is read, and
+        # only its forward records compared.
+        copy = {"impl": "d2d_copy", "pass": "copy", "tflops": None, "bytes_per_s": 3e12, "device": "GPU X"}
+        read = dict(rec("read_stream", 1024, None), **{"pass": "read"})
+        b = self.write("b.jsonl", [copy, read, rec("A", 1024, 100)])
+        a = self.write("a.jsonl", [copy, read, rec("A", 1024, 110)])
+        out = self.run_script("runs", b, a)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("1 points: median 1.100", out.stdout)
+
+    def test_a_field_of_the_wrong_type_or_an_empty_file_is_refused(self):
+        for bad, says in ((rec("A", 1024, True), "bad.jsonl:1: tflops = True is not a finite positive number"),
+                          (rec(["A"], 1024, 100), "bad.jsonl:1: impl = ['A'] is not a name"),
+                          (rec("A", 1024, 100, causal="false"), "bad.jsonl:1: causal = 'false' is not true or false")):
+            with self.subTest(says=says):
+                p = self.write("bad.jsonl", [bad])
+                out = self.run_script("runs", p, p)
+                self.assertEqual(out.returncode, 2, out.stderr)
+                self.assertNotIn("Traceback", out.stderr)
+                self.assertIn(says, out.stderr)
+        for text in ([], [""]):
+            p = self.write("empty.jsonl", text)
+            out = self.run_script("pair", "--a", "A", "--b", "B", p)
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertEqual(out.stderr.strip(), f"records_ratio.py: {p}: no records in it")
+
     def test_a_file_that_is_not_utf8_is_refused_with_its_line(self):
         p = os.path.join(self.dir, "latin1.jsonl")
         with open(p, "wb") as f:
