@@ -24,8 +24,9 @@ hop of dK, dV to their owner). Records without them (runs 39–40) are read as t
 steps 0 … G − 1, and the backward's last row the final hop, a transfer with no compute beside it.
 
 Refused (exit 2, naming the file and line): a line that is not a JSON object, a ring record lacking a
-field the tables need or holding a wrong one, and two records of the same point (pass, N, causal, gpus,
-layout, dtype, B, H, H_kv, d): which one is meant is not for this script to guess. Standard library only.
+field the tables need or holding a wrong one, a file with no record (or files with no ring record), and
+two records of the same point (pass, N, causal, gpus, layout, dtype, B, H, H_kv, d): which one is meant
+is not for this script to guess. Standard library only.
 """
 from __future__ import annotations
 
@@ -89,6 +90,15 @@ def problem(r: dict) -> str | None:
         if not (isinstance(v, list) and len(v) == g and all(isinstance(s, list) and len(s) == steps and
                                                             all(number(x) for x in s) for s in v)):
             return f"{f} must be {g} lists (one per rank) of {steps} numbers (one per ring step)"
+    # Optional, but never wrong: a string or NaN tflops on a 1-GPU record, or a string kv_bytes_per_step,
+    # silently removed "How far this link hides the transfer"; "pass_check": "false" counted as passed.
+    if "tflops" in r and not (number(r["tflops"]) and r["tflops"] > 0):
+        return f"tflops = {r['tflops']!r} is not a positive number"
+    b = r.get("kv_bytes_per_step")
+    if "kv_bytes_per_step" in r and not (isinstance(b, int) and not isinstance(b, bool) and b >= 0):
+        return f"kv_bytes_per_step = {b!r} is not a whole number >= 0"
+    if r.get("pass_check") is not None and not isinstance(r["pass_check"], bool):
+        return f"pass_check = {r['pass_check']!r} is not true, false or null"
     if ("step_labels" in r) != ("step_moves" in r):
         return "step_labels and step_moves go together: a record has both or neither"
     for f in ("step_labels", "step_moves"):
@@ -107,7 +117,9 @@ def named(r: dict) -> bool:
 def load(paths: list[str]) -> list[dict]:
     out, seen = [], {}
     for path in paths:
+        n = 0
         for where, r in flr.read_jsonl(path, refuse):
+            n += 1
             if r.get("impl") != IMPL:
                 continue
             why = problem(r)
@@ -118,6 +130,10 @@ def load(paths: list[str]) -> list[dict]:
                 refuse(f"{where}: the same point as {seen[k]} ({point(r)}): keep one of the two records")
             seen[k] = where
             out.append(r)
+        if not n:
+            refuse(f"{path}: no records in it")
+    if not out:  # a table of 0 of 0 points says nothing: the wrong files were given
+        refuse(f"no {IMPL} record in {', '.join(paths)}")
     return out
 
 

@@ -187,6 +187,26 @@ class RingTable(RecordsScriptCase):
         self.assertEqual(out.returncode, 2)
         self.assertIn("half.jsonl:1: step_labels and step_moves go together", out.stderr)
 
+    def test_a_wrong_optional_field_or_an_empty_file_is_refused(self):
+        # A string or NaN tflops on a 1-GPU record, or a string kv_bytes_per_step, silently removed "How
+        # far this link hides the transfer"; "pass_check": "false" counted as passed.
+        for field, bad, says in (("tflops", "12.3", "tflops = '12.3' is not a positive number"),
+                                 ("tflops", float("nan"), "tflops = nan is not a positive number"),
+                                 ("kv_bytes_per_step", "1e6", "kv_bytes_per_step = '1e6' is not a whole number"),
+                                 ("pass_check", "false", "pass_check = 'false' is not true, false or null")):
+            with self.subTest(field=field, value=bad):
+                out = self.run_script(self.write("bad.jsonl", [GOOD[0], dict(GOOD[1], **{field: bad})]))
+                self.assertEqual(out.returncode, 2, out.stderr)
+                self.assertIn("bad.jsonl:2: " + says, out.stderr)
+        for lines in ([], [""]):
+            p = self.write("empty.jsonl", lines)
+            out = self.run_script(p)
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertEqual(out.stderr.strip(), f"ring_table.py: {p}: no records in it")
+        out = self.run_script(self.write("other.jsonl", [GOOD[-1]]))  # records, none of step 11
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn("no 11_ring_attention record in", out.stderr)
+
     def test_readme_block_and_check(self):
         recs = self.write("r.jsonl", GOOD)
         readme = os.path.join(self.dir, "README.md")
