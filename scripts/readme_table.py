@@ -205,8 +205,10 @@ def step_readmes(root: str) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 when README.md disagrees with the results")
-    ap.add_argument("--print", action="store_true", help="print the block and change nothing")
+    # One or the other: with both, --print won and the check never ran (exit 0 on a stale README).
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="exit 1 when README.md disagrees with the results")
+    mode.add_argument("--print", action="store_true", help="print the block and change nothing")
     ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                     help="the repository root (default: this script's ../)")
     a = ap.parse_args()

@@ -354,8 +354,11 @@ def main() -> int:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--root", default=here)
     ap.add_argument("--build", default=None, help="the build folder (default: <root>/build)")
-    ap.add_argument("--check", action="store_true")
-    ap.add_argument("--print", action="store_true")
+    # One or the other: with both, --print won, the check never ran, and the run still said the pages
+    # "agree with the build" (exit 0 on a stale page).
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="exit 1 when a step page's block is stale")
+    mode.add_argument("--print", action="store_true", help="print the blocks and change nothing")
     args = ap.parse_args()
     build = args.build or os.path.join(args.root, "build")
     steps = gpu_steps(args.root)

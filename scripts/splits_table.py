@@ -64,8 +64,10 @@ def main() -> int:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--root", default=here)
     ap.add_argument("--build", default=None, help="the build folder (default: <root>/build)")
-    ap.add_argument("--check", action="store_true", help="compare, change nothing; exit 1 when stale")
-    ap.add_argument("--print", action="store_true", help="print the block, change nothing")
+    # One or the other: with both, --print won and the check never ran (exit 0 on a stale README).
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="compare, change nothing; exit 1 when stale")
+    mode.add_argument("--print", action="store_true", help="print the block, change nothing")
     args = ap.parse_args()
     build = args.build or os.path.join(args.root, "build")
     try:
