@@ -41,8 +41,14 @@ def count(old: str, new: str) -> tuple[int, int]:
     if r.returncode not in (0, 1):
         raise RuntimeError(f"diff -u {old} {new} failed: {r.stderr.strip()}")
     added = removed = 0
+    in_hunks = False
     for line in r.stdout.splitlines():
-        if line.startswith("+++") or line.startswith("---"):
+        # Only the two file-name lines before the first hunk are skipped: inside a hunk, an added line
+        # "++c;" shows as "+++c;" and a removed "--b;" as "---b;", and they count.
+        if line.startswith("@@"):
+            in_hunks = True
+            continue
+        if not in_hunks:
             continue
         if line.startswith("+"):
             added += 1
