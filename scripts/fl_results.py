@@ -105,7 +105,8 @@ def parse_ladder(root: str) -> list[Step]:
                           consts.get(dims, []), m.group(9), m.group(10) or "any"))
     listed = re.findall(r'\{\s*"\w+"\s*,\s*"\d\d\w*"\s*,', text)
     if not steps or len(steps) != len(listed):
-        raise RuntimeError(f"{path}: read {len(steps)} of {len(listed)} step entries: has the format of "
+        # Refused (a RuntimeError): run_main makes it one line and exit 2 in every script that reads the list.
+        raise Refused(f"{path}: read {len(steps)} of {len(listed)} step entries: has the format of "
                            "the list changed? (scripts/fl_results.py parse_ladder reads it)")
     return steps
 

@@ -88,6 +88,18 @@ class BadArguments(OneLine):
                 self.assertOneLine(script(name, "--root", missing, *args),
                                    f"cannot read {missing}/steps/ladder.cpp: No such file or directory")
 
+    def test_a_ladder_list_it_cannot_read(self):
+        # parse_ladder's refusal of a list whose format changed: one line, exit 2, in every script that
+        # reads it (it was a RuntimeError traceback, exit 1, outside readme_table).
+        os.makedirs(os.path.join(self.dir, "steps"))
+        shutil.copy(os.path.join(ROOT, "steps", "ladder.hpp"), os.path.join(self.dir, "steps", "ladder.hpp"))
+        with open(os.path.join(self.dir, "steps", "ladder.cpp"), "w") as f:
+            f.write('const Step kSteps[] = {{"01", "01_cpu_standard", garbled}};\n')
+        for name, args in (("readme_table.py", ["--print"]), ("diff_table.py", ["--check"]),
+                           ("resources_table.py", ["--print"]), ("docs_pages.py", ["--out", os.path.join(self.dir, "o")])):
+            with self.subTest(script=name):
+                self.assertOneLine(script(name, "--root", self.dir, *args), "steps/ladder.cpp: read 0 of 1 step entries")
+
     def test_missing_or_garbled_notebook(self):
         bad = os.path.join(self.dir, "bad.ipynb")
         with open(bad, "w") as f:
