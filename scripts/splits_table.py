@@ -7,6 +7,8 @@
     scripts/splits_table.py --print    print the block, change nothing
     --build DIR                        the build folder (default: build/ beside scripts/)
 
+A file it cannot read or write, or output that never reached stdout, is one line and exit 2.
+
 The numbers are the rule's own: `flashladder_launches --splits` (app/launch_probe.cpp) runs step 10's
 host code against a stand-in CUDA runtime of 132 SMs (an H100 or H200) and reads S from the workspace
 the step asks for. So the README's table cannot drift from `splits()` in attention.cu: change the rule,
@@ -23,6 +25,9 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fl_results as flr  # noqa: E402  (run_main, read_text, write_text: a lost file or output is one line, exit 2)
+
 SKIP = 77
 BEGIN, END = "<!-- fl:splits -->", "<!-- /fl:splits -->"
 NKS = (1024, 8192, 32768, 131072)
@@ -33,10 +38,13 @@ def rows_from_probe(exe: str) -> list[dict]:
         raise FileNotFoundError(f"{exe} is missing: it is built with CUDA (tools/build)")
     out = subprocess.run([exe, "--splits"], capture_output=True, text=True)
     if out.returncode != 0:
-        raise RuntimeError(f"{exe} --splits failed (exit {out.returncode}): {out.stderr.strip()}")
-    recs = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+        raise flr.Refused(f"{exe} --splits failed (exit {out.returncode}): {out.stderr.strip()}")
+    try:
+        recs = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    except json.JSONDecodeError as e:
+        raise flr.Refused(f"{exe} --splits printed a line that is not JSON: {e}") from None
     if not recs:
-        raise RuntimeError(f"{exe} --splits printed nothing")
+        raise flr.Refused(f"{exe} --splits printed nothing")
     return recs
 
 
@@ -80,8 +88,7 @@ def main() -> int:
         print(want)
         return 0
     path = os.path.join(args.root, "steps", "10_split_kv", "README.md")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    text = flr.read_text(path)  # a --root without the step's README: one line, exit 2
     pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
     if not pattern.search(text):
         print(f"splits_table: {os.path.relpath(path, args.root)} has no {BEGIN} … {END} block")
@@ -94,11 +101,10 @@ def main() -> int:
             return 1
         return 0
     if new != text:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(new)
+        flr.write_text(path, new)
         print(f"splits_table: {os.path.relpath(path, args.root)} rewritten")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(flr.run_main("splits_table", main))

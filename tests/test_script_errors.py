@@ -100,6 +100,22 @@ class BadArguments(OneLine):
             with self.subTest(script=name):
                 self.assertOneLine(script(name, "--root", self.dir, *args), "steps/ladder.cpp: read 0 of 1 step entries")
 
+    def test_splits_table_lost_output_or_missing_readme(self):
+        # A stand-in for the CUDA build's flashladder_launches: splits_table had no run_main, and these
+        # were OSError and FileNotFoundError tracebacks.
+        build = os.path.join(self.dir, "build")
+        os.makedirs(build)
+        probe = os.path.join(build, "flashladder_launches")
+        with open(probe, "w") as f:
+            f.write('#!/bin/sh\necho \'{"B": 1, "H_kv": 8, "Nq": 1, "Nk": 1024, "splits": 4, "sms": 132}\'\n')
+        os.chmod(probe, 0o755)
+        self.assertOneLine(script("splits_table.py", "--build", build, "--root", self.dir),
+                           f"splits_table: cannot read {self.dir}/steps/10_split_kv/README.md")
+        if os.path.exists("/dev/full"):
+            with open("/dev/full", "w") as full:
+                self.assertOneLine(script("splits_table.py", "--build", build, "--print", stdout=full),
+                                   "splits_table: cannot write stdout: No space left on device")
+
     def test_missing_or_garbled_notebook(self):
         bad = os.path.join(self.dir, "bad.ipynb")
         with open(bad, "w") as f:
