@@ -6,7 +6,9 @@
 Reads every .html under HTML_DIR, takes each href= and src= that is not an absolute URL (scheme:),
 a bare #anchor or javascript:, resolves it against the page's folder and checks that the file exists
 inside HTML_DIR. Doxygen warns about unresolved @ref, but not about a Markdown link to a file it does
-not copy (step_09's `attention.cu` was one): this catches those. Exit 1 with every broken link listed.
+not copy (step_09's `attention.cu` was one): this catches those. Exit 1 with every broken link listed;
+exit 2 (one line) when there is nothing to check (no folder, no page in it), a page cannot be read or the
+output cannot be written, so that an error never reads as broken links, nor an empty folder as a pass.
 """
 import argparse
 import os
@@ -14,6 +16,9 @@ import re
 import sys
 from html.parser import HTMLParser
 from urllib.parse import unquote, urlsplit
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fl_results as flr  # noqa: E402  (run_main: a lost output or an unreadable page is one line, exit 2)
 
 
 class Links(HTMLParser):
@@ -60,6 +65,9 @@ def main() -> int:
                 target = os.path.normpath(os.path.join(folder, path))
                 if not (target.startswith(root + os.sep) or target == root) or not os.path.exists(target):
                     broken.append(f"{os.path.relpath(page, root)}: {url}")
+    if not pages:  # "0 pages, every local link resolves" passed a site that was never built
+        print(f"check_links.py: no .html page under {a.html_dir}: nothing to check", file=sys.stderr)
+        return 2
     if broken:
         print(f"check_links: {len(broken)} broken local link(s) in {root}:")
         for b in sorted(set(broken)):
@@ -70,4 +78,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(flr.run_main("check_links.py", main))

@@ -68,6 +68,7 @@ class LostOutput(OneLine):
             "diff_table.py": ["--print"],
             "sanitize_table.py": [log],
             "skip_summary.py": [junit],
+            "check_links.py": [os.path.join(HERE, "data", "broken_site")],  # exit 1 is "broken links"
         }
         for name, args in runs.items():
             with self.subTest(script=name), open("/dev/full", "w") as full:
@@ -115,6 +116,10 @@ class BadArguments(OneLine):
             with open("/dev/full", "w") as full:
                 self.assertOneLine(script("splits_table.py", "--build", build, "--print", stdout=full),
                                    "splits_table: cannot write stdout: No space left on device")
+
+    def test_check_links_with_no_page_to_check(self):
+        # An empty folder said "0 pages, every local link resolves", exit 0.
+        self.assertOneLine(script("check_links.py", self.dir), "check_links.py: no .html page under")
 
     def test_missing_or_garbled_notebook(self):
         bad = os.path.join(self.dir, "bad.ipynb")
