@@ -21,7 +21,8 @@ bit is 1):
         --pair 's09c::backward_kernel<(\\w+), (\\d+)>=s09d::backward_kernel<\\1, \\2, 0>'
 
 Exit status: 0 every pair the same, 1 a pair differs (the first lines that differ are printed) or a
-pattern matched no kernel or more than one, 2 a compile failed.
+pattern matched no kernel or more than one, 2 a source could not be read (no such file, or a REV:path
+git does not hold) or a compile failed.
 """
 from __future__ import annotations
 
@@ -54,16 +55,29 @@ def flags_from_build() -> list[str]:
                     "--expt-relaxed-constexpr"]
 
 
+class SourceError(Exception):
+    """A source that cannot be had: a REV:path git does not hold, or a path that is no file."""
+
+
 def source(spec: str, tmp: str) -> str:
-    """A path, or REV:path written out of git into tmp (the includes resolve against the checkout)."""
+    """A path, or REV:path written out of git into tmp (the includes resolve against the checkout).
+    SourceError, naming the source, when there is none (a CalledProcessError traceback used to end the
+    run with exit 1, which here means "a pair differs")."""
     if ":" in spec and not os.path.exists(spec):
         rev, path = spec.split(":", 1)
-        text = subprocess.run(["git", "-C", ROOT, "show", f"{rev}:{path}"], check=True, capture_output=True,
-                              text=True).stdout
+        try:
+            r = subprocess.run(["git", "-C", ROOT, "show", f"{rev}:{path}"], capture_output=True, text=True)
+        except OSError as e:
+            raise SourceError(f"cannot run git for {spec}: {e.strerror}") from None
+        if r.returncode != 0:
+            raise SourceError(f"{spec}: git show failed: {r.stderr.strip()}")
+        text = r.stdout
         out = os.path.join(tmp, re.sub(r"\W", "_", spec) + ".cu")
         with open(out, "w", encoding="utf-8") as f:
             f.write(text)
         return out
+    if not os.path.isfile(spec):
+        raise SourceError(f"cannot read {spec}: no such file")
     return spec
 
 
@@ -137,8 +151,13 @@ def main() -> int:
             print(f"same_ptx: --pair {pair!r}: PATTERN_A is not a regular expression: {e}")
             return 1
     with tempfile.TemporaryDirectory(prefix="same-ptx-") as tmp:
-        ka = kernels(ptx(args.nvcc, source(args.a, tmp), os.path.join(tmp, "a.ptx")))
-        kb = kernels(ptx(args.nvcc, source(args.b, tmp), os.path.join(tmp, "b.ptx")))
+        try:  # both sources before either compiles: a wrong second one is not found a minute later
+            src_a, src_b = source(args.a, tmp), source(args.b, tmp)
+        except SourceError as e:
+            print(f"same_ptx: {e}")
+            return 2
+        ka = kernels(ptx(args.nvcc, src_a, os.path.join(tmp, "a.ptx")))
+        kb = kernels(ptx(args.nvcc, src_b, os.path.join(tmp, "b.ptx")))
     bad = 0
     for pair in args.pair:
         pa, _, pb = pair.partition("=")

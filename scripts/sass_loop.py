@@ -17,7 +17,7 @@ table to a page with the sources, commit and nvcc version, so a number quoted fr
 
 cuobjdump comes with the CUDA toolkit (/usr/local/cuda/bin), or from PyPI's nvidia-cuda-cuobjdump
 wheel (found in this interpreter's site-packages); set CUOBJDUMP to name another. Exit status: 0, or
-1 with the reason (no cuobjdump, a compile failed, no kernel matched).
+1 with the reason (no cuobjdump, a source that cannot be read, a compile failed, no kernel matched).
 """
 from __future__ import annotations
 
@@ -113,7 +113,11 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="sass-loop-") as tmp:
         for n, spec in enumerate(a.sources):
-            src = same_ptx.source(spec, tmp)
+            try:
+                src = same_ptx.source(spec, tmp)
+            except same_ptx.SourceError as e:  # a REV:path git lacks, a missing file: was a traceback
+                print(f"sass_loop: {e}")
+                return 1
             if a.sed:
                 with open(src, encoding="utf-8") as f:
                     text = f.read()
@@ -134,7 +138,12 @@ def main() -> int:
                 sys.stderr.write(r.stderr)
                 print(f"sass_loop: compiling {spec} failed (exit {r.returncode})")
                 return 1
-            sass = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True, check=True).stdout
+            r = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.stderr.write(r.stderr)
+                print(f"sass_loop: {tool} -sass {spec}'s cubin failed (exit {r.returncode})")
+                return 1
+            sass = r.stdout
             funcs = functions(sass)
             names = same_ptx.demangle(list(funcs))
             for mangled, ins in funcs.items():

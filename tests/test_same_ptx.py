@@ -90,6 +90,15 @@ class SamePtx(unittest.TestCase):
         self.assertEqual(rc, 2, out)
         self.assertIn("failed", out)
 
+    def test_a_source_it_cannot_read_is_exit_2(self):
+        # A REV:path git does not hold was a CalledProcessError traceback, exit 1 ("a pair differs").
+        for spec, words in (("nosuchrev:x.cu", "nosuchrev:x.cu: git show failed"),
+                            (os.path.join(self.dir, "none.cu"), "none.cu: no such file")):
+            rc, out = self.run_it(self.a, spec, "--pair", "x=y")
+            self.assertEqual(rc, 2, out)
+            self.assertNotIn("Traceback", out)
+            self.assertIn(words, out)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -56,6 +56,19 @@ class SassLoop(unittest.TestCase):
             self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
             self.assertIn(words, r.stdout)
 
+    def test_a_source_it_cannot_read_is_refused_with_the_reason(self):
+        # A REV:path git does not hold, or a missing file with --sed: were tracebacks. Refused before any
+        # compile (CUOBJDUMP set so that the missing tool is not the reason given).
+        import subprocess
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "sass_loop.py")
+        env = dict(os.environ, CUOBJDUMP="/bin/true")
+        for args, words in ((["nosuchrev:x.cu"], "nosuchrev:x.cu: git show failed"),
+                            (["/nonexistent.cu", "--sed", "a=b"], "cannot read /nonexistent.cu: no such file")):
+            r = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertNotIn("Traceback", r.stderr)
+            self.assertIn(words, r.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()
