@@ -110,5 +110,13 @@ with tempfile.TemporaryDirectory() as t:
     r = run(os.path.join(t, "nope"))
     check(r.returncode == 2 and "is not a folder" in r.stderr, "a missing folder is refused by name")
 
+    # 6. Its report on a full disk: one line, exit 2 (was an OSError traceback).
+    if os.path.exists("/dev/full"):
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([sys.executable, TOOL, a], stdout=full, stderr=subprocess.PIPE, text=True)
+        check(r.returncode == 2 and "Traceback" not in r.stderr and
+              r.stderr.strip() == "device-bundle: cannot write stdout: No space left on device",
+              f"a lost stdout is one line, exit 2 ({r.returncode}: {r.stderr})")
+
 print("device-bundle:", "FAILED" if failures else "all checks passed")
 sys.exit(1 if failures else 0)
