@@ -34,7 +34,7 @@ import fl_results as flr  # noqa: E402  (need_torch: --help without PyTorch)
 def make_parser():
     """The options (built without PyTorch: flr.need_torch parses them where it is missing)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
+    ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", type=flr.library_path, help="our C entry points")
     ap.add_argument("--fwd-step", default="08i_pingpong,08j_variants,08k_persistent",
                     help="our forward steps to compare, comma-separated (--fwd-step= for none: a backward-only run); "
                          "the ratio columns are the last one's, and it is timed first at each point")
@@ -43,22 +43,26 @@ def make_parser():
     ap.add_argument("--bwd-step", default="09d_variants,09e_instruction_budget,09f_dq_writer",
                     help="our backward steps to compare, comma-separated ('' to skip); the ratio column is the last one's, "
                          "and it is timed first at each point")
-    ap.add_argument("--json", default="", help="append JSON records here")
-    ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--ns", default="512,1024,2048,4096,8192,16384", help="sequence lengths of the FA2 sweep")
+    ap.add_argument("--json", default="", type=flr.output_path, help="append JSON records here")
+    ap.add_argument("--reps", type=flr.whole(1), default=30)
+    ap.add_argument("--warmup", type=flr.whole(0), default=5)
+    ap.add_argument("--ns", default="512,1024,2048,4096,8192,16384", help="sequence lengths of the FA2 sweep",
+                    type=flr.number_list(1, 16384, " (the FA2 sweep's B is 16384 / N)"))
     ap.add_argument("--check-max-n", type=int, default=2048, help="check against fp64 math only up to this N")
-    ap.add_argument("--dims", default="64,128", help="head dims of the FA2 sweep (a subset for a quick look)")
-    ap.add_argument("--causal", default="no,yes", help="which masks of the FA2 sweep: no, yes or both")
-    ap.add_argument("--sweeps", default="fa2", help="which sweeps, comma-separated: fa2 (the FA2 paper's), decode")
+    ap.add_argument("--dims", default="64,128", help="head dims of the FA2 sweep (a subset for a quick look)",
+                    type=flr.number_list(1, 2048, " (the FA2 sweep's H is 2048 / d)"))
+    ap.add_argument("--causal", default="no,yes", type=flr.word_list("no", "yes"),
+                    help="which masks of the FA2 sweep: no, yes or both")
+    ap.add_argument("--sweeps", default="fa2", type=flr.word_list("fa2", "decode"),
+                    help="which sweeps, comma-separated: fa2 (the FA2 paper's), decode")
     ap.add_argument("--decode-steps", default="08g_smem_epilogue,10_split_kv,10b_cluster_merge",
                     help="our forward steps in the decode sweep (the ratios of the last one listed of 10_split_kv "
                          "and 10b_cluster_merge are printed)")
-    ap.add_argument("--decode-b", default="1,16,64")
-    ap.add_argument("--decode-hkv", default="8,32")
-    ap.add_argument("--decode-nq", default="1,4")
-    ap.add_argument("--decode-nk", default="1024,8192,32768,131072")
-    ap.add_argument("--decode-splits", default="",
+    ap.add_argument("--decode-b", default="1,16,64", type=flr.number_list(1))
+    ap.add_argument("--decode-hkv", default="8,32", type=flr.number_list(1, 32, " (H is 32)"))
+    ap.add_argument("--decode-nq", default="1,4", type=flr.number_list(1))
+    ap.add_argument("--decode-nk", default="1024,8192,32768,131072", type=flr.number_list(1))
+    ap.add_argument("--decode-splits", default="", type=flr.number_list(1),
                     help="also time 10_split_kv and 10b_cluster_merge (those of --decode-steps) with FLASHLADDER_SPLITS "
                          "forced to each of these (the heuristic's check)")
     ap.add_argument("--decode-settle-ms", type=float, default=100.0,
@@ -83,7 +87,11 @@ assert tuple(DTYPES) == flr.DTYPE_NAMES
 
 
 def load(lib_path):
-    lib = ctypes.CDLL(lib_path)
+    try:
+        lib = ctypes.CDLL(lib_path)
+    except OSError as e:  # a file that is no library for this machine (a missing one: --lib's check)
+        print(f"{os.path.basename(sys.argv[0])}: cannot load --lib {lib_path}: {e}", file=sys.stderr)
+        sys.exit(2)
     i64, dbl, vp, ci = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p, ctypes.c_int
     prob = [i64] * 6 + [ci, dbl, ci]
     lib.fl_last_error.restype = ctypes.c_char_p
@@ -484,7 +492,11 @@ def main():
     lib = load(args.lib)
     props = torch.cuda.get_device_properties(0)
     env = run_env()
-    out = open(args.json, "a") if args.json else None
+    try:
+        out = open(args.json, "a") if args.json else None
+    except OSError as e:
+        print(f"compare_torch.py: cannot write --json {args.json}: {e.strerror}", file=sys.stderr)
+        sys.exit(2)
     l2 = getattr(props, "L2_cache_size", 60 << 20)
 
     def emit(impl, pas, B, H, N, d, causal, dt, t, tol_used, extra=None):

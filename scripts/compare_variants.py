@@ -29,16 +29,29 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fl_results as flr  # noqa: E402  (need_torch: --help without PyTorch; record_flops: the program's FLOP count)
 
 
+# name, B, H, lengths (one N, or the packed batch's sequence lengths), causal, window, softcap, ALiBi
+CASES = [
+    ("causal", 1, 16, 16384, True, None, None, False),
+    ("window 4096,0", 1, 16, 16384, True, (4096, 0), None, False),
+    ("causal", 1, 16, 65536, True, None, None, False),
+    ("window 4096,0", 1, 16, 65536, True, (4096, 0), None, False),
+    ("softcap 30", 4, 16, 4096, True, None, 30.0, False),
+    ("alibi", 4, 16, 4096, True, None, None, True),
+    ("varlen", None, 16, [8192, 4096, 2048, 1024, 512, 256, 128, 64, 3000, 1000], True, None, None, False),
+]
+
+
 def make_parser():
     """The options (built without PyTorch: flr.need_torch parses them where it is missing)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
+    ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", type=flr.library_path, help="our C entry points")
     ap.add_argument("--fwd-step", default="08k_persistent")
     ap.add_argument("--bwd-step", default="09d_variants")
-    ap.add_argument("--json", default="", help="append JSON records here")
-    ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--cases", default="", help="comma-separated indices into CASES (default all)")
+    ap.add_argument("--json", default="", type=flr.output_path, help="append JSON records here")
+    ap.add_argument("--reps", type=flr.whole(1), default=10)
+    ap.add_argument("--warmup", type=flr.whole(0), default=3)
+    ap.add_argument("--cases", default="", type=flr.number_list(0, len(CASES) - 1, f" (CASES has {len(CASES)})"),
+                    help="comma-separated indices into CASES (default all)")
     return ap
 
 
@@ -58,18 +71,6 @@ def load(lib_path):
     lib.fl_set_varlen.argtypes, lib.fl_set_varlen.restype = [ctypes.c_int, i32p, i32p, vp, vp], None
     lib.fl_reset_variants.argtypes, lib.fl_reset_variants.restype = [], None
     return lib
-
-
-# name, B, H, lengths (one N, or the packed batch's sequence lengths), causal, window, softcap, ALiBi
-CASES = [
-    ("causal", 1, 16, 16384, True, None, None, False),
-    ("window 4096,0", 1, 16, 16384, True, (4096, 0), None, False),
-    ("causal", 1, 16, 65536, True, None, None, False),
-    ("window 4096,0", 1, 16, 65536, True, (4096, 0), None, False),
-    ("softcap 30", 4, 16, 4096, True, None, 30.0, False),
-    ("alibi", 4, 16, 4096, True, None, None, True),
-    ("varlen", None, 16, [8192, 4096, 2048, 1024, 512, 256, 128, 64, 3000, 1000], True, None, None, False),
-]
 
 
 def main():
@@ -109,7 +110,11 @@ def main():
                                        capture_output=True, text=True).stdout.strip().splitlines()[0]
     except Exception:
         env["driver"] = ""
-    out = open(args.json, "a") if args.json else None
+    try:
+        out = open(args.json, "a") if args.json else None
+    except OSError as e:
+        print(f"compare_variants.py: cannot write --json {args.json}: {e.strerror}", file=sys.stderr)
+        sys.exit(2)
     dt, tdt, d = "fp16", torch.float16, 128
     failures = []
     picked = [CASES[int(i)] for i in args.cases.split(",") if i] if args.cases else CASES

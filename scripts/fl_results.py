@@ -203,6 +203,76 @@ def run_main(name: str, main) -> int:
     return 2
 
 
+# argparse types for the torch scripts' options: a bad value is refused by argparse, naming the option,
+# the value and the limit (exit 2), where PyTorch is missing too (need_torch parses with the same
+# parser), instead of a traceback after minutes of GPU work (--ns 0 was a ZeroDivisionError).
+def number_list(least: int = 1, most: int | None = None, why: str = ""):
+    """Comma-separated whole numbers ("512,1024"), each least..most; checked, and kept as the text given
+    (the scripts split it where they use it). Empty items are skipped, as the scripts skip them."""
+    import argparse
+
+    def check(text: str) -> str:
+        for x in text.split(","):
+            if not x.strip():
+                continue
+            try:
+                v = int(x)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{x.strip()!r} is not a whole number") from None
+            if v < least or (most is not None and v > most):
+                limit = f"from {least} to {most}" if most is not None else f"at least {least}"
+                raise argparse.ArgumentTypeError(f"{v} is not allowed: each must be {limit}{why}")
+        return text
+    return check
+
+
+def word_list(*choices: str):
+    """Comma-separated words, each one of choices, at least one ("no,yes"); kept as the text given."""
+    import argparse
+
+    def check(text: str) -> str:
+        words = [x for x in text.split(",") if x]
+        bad = [x for x in words if x not in choices]
+        if bad or not words:
+            raise argparse.ArgumentTypeError(f"{text!r}: give one or more of {', '.join(choices)}, comma-separated")
+        return text
+    return check
+
+
+def whole(least: int):
+    """A whole number >= least."""
+    import argparse
+
+    def check(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if v < least:
+            raise argparse.ArgumentTypeError(f"{v} is not allowed: it must be at least {least}")
+        return v
+    return check
+
+
+def library_path(text: str) -> str:
+    """--lib: a path (with a '/') must be a file; a bare name is left to the loader's search."""
+    import argparse
+    if os.sep in text and not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"{text}: no such file (build it with tools/build, or name another)")
+    return text
+
+
+def output_path(text: str) -> str:
+    """A file to write or append to: its folder must exist, and it must not be a folder itself."""
+    import argparse
+    folder = os.path.dirname(text) or "."
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{text}: no folder {folder} to write it in")
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
+    return text
+
+
 # The storage types the torch scripts compare (compare_torch.DTYPES maps each to torch's dtype and the C
 # API's code): here, so that their options can be parsed where PyTorch is missing.
 DTYPE_NAMES = ("fp16", "bf16")

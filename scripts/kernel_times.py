@@ -33,7 +33,7 @@ import fl_results as flr  # noqa: E402  (need_torch: --help without PyTorch)
 def make_parser():
     """The options (built without PyTorch: flr.need_torch parses them where it is missing)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
+    ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", type=flr.library_path, help="our C entry points")
     ap.add_argument("--step", help="our step (default 09f_dq_writer; with --decode 10_split_kv)")
     ap.add_argument("--decode", action="store_true", help="a decode forward (--heads-kv, --nq, --nk) instead of "
                                                           "the backward of -N")
@@ -42,7 +42,7 @@ def make_parser():
     ap.add_argument("--nk", type=int, default=8192, help="--decode: cached keys (default 8192)")
     flr.add_problem_args(ap)
     ap.add_argument("--reps", type=int, default=20, help="calls of each side (default 20)")
-    ap.add_argument("--json", help="append one record per side (docs/results' record, with kernels_us: "
+    ap.add_argument("--json", type=flr.output_path, help="append one record per side (docs/results' record, with kernels_us: "
                                    "each kernel's µs per call)")
     ap.add_argument("--no-lead-in", action="store_true",
                     help="time the calls with the GPU idle at the start event (the host's call time included), "

@@ -28,7 +28,7 @@ import fl_results as flr  # noqa: E402  (need_torch: --help without PyTorch)
 def make_parser():
     """The options (built without PyTorch: flr.need_torch parses them where it is missing)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", help="our C entry points")
+    ap.add_argument("--lib", default="build-gpu/libflashladder_capi.so", type=flr.library_path, help="our C entry points")
     ap.add_argument("--fwd-step", default="08g_smem_epilogue", help="our forward step ('' or none to skip)")
     ap.add_argument("--bwd-step", default=None,
                     help="our backward step ('' or none to skip; default 09_backward, none with a decode shape)")

@@ -154,6 +154,62 @@ class BadArguments(OneLine):
                 self.assertIn("not allowed with argument --check", r.stderr)
 
 
+class TorchScriptArguments(OneLine):
+    """The GPU scripts refuse a bad option before PyTorch or a GPU is needed (argparse: exit 2, naming
+    the option, the value and the limit); they were tracebacks past the GPU check (--ns 0 a
+    ZeroDivisionError, --cases 99 an IndexError) or ran nothing and passed (--sweeps fa3)."""
+
+    def refused(self, name, *args):
+        lib = os.path.join(self.dir, "lib.so")  # a --lib that exists: the option under test is the one refused
+        open(lib, "w").close()
+        r = script(name, "--lib", lib, *args)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+        return r.stderr.strip().splitlines()[-1]
+
+    def test_bad_values_are_refused_by_name(self):
+        for args, says in ((["--causal", "maybe"], "argument --causal: 'maybe': give one or more of no, yes"),
+                           (["--ns", "0"], "argument --ns: 0 is not allowed: each must be from 1 to 16384"),
+                           (["--ns", "512,x"], "argument --ns: 'x' is not a whole number"),
+                           (["--sweeps", "fa3"], "argument --sweeps: 'fa3': give one or more of fa2, decode"),
+                           (["--json", "/nonexistent/x"], "argument --json: /nonexistent/x: no folder /nonexistent"),
+                           (["--reps", "0"], "argument --reps: 0 is not allowed: it must be at least 1")):
+            with self.subTest(args=args):
+                self.assertIn(says, self.refused("compare_torch.py", *args))
+        self.assertIn("argument --cases: 99 is not allowed: each must be from 0 to 6",
+                      self.refused("compare_variants.py", "--cases", "99"))
+        self.assertIn("argument --cases: 'x' is not a whole number", self.refused("compare_variants.py", "--cases", "x"))
+
+    def test_a_missing_or_unloadable_library(self):
+        for name in ("compare_torch.py", "compare_variants.py", "kernel_times.py", "profile_pair.py"):
+            with self.subTest(script=name):
+                r = script(name, "--lib", "/nope.so")
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn("argument --lib: /nope.so: no such file", r.stderr)
+        # A file that is no library, past the GPU check: a stand-in torch module gets there without one
+        # (ctypes.CDLL's OSError was a traceback).
+        fake = os.path.join(self.dir, "fake")
+        for path, text in (("torch/__init__.py", "float16, bfloat16, uint8, float32 = 'f16', 'bf16', 'u8', 'f32'\n"
+                                                 "__version__ = 'stand-in'\n"
+                                                 "class cuda:\n    is_available = staticmethod(lambda: True)\n"),
+                           ("torch/nn/__init__.py", ""), ("torch/nn/functional.py", ""),
+                           ("torch/nn/attention/__init__.py", "class SDPBackend:\n    FLASH_ATTENTION = CUDNN_ATTENTION = 0\n"
+                                                               "def sdpa_kernel(b):\n    pass\n")):
+            os.makedirs(os.path.dirname(os.path.join(fake, path)), exist_ok=True)
+            with open(os.path.join(fake, path), "w") as f:
+                f.write(text)
+        lib = os.path.join(self.dir, "notalib.so")
+        with open(lib, "w") as f:
+            f.write("not a shared object\n")
+        for name in ("compare_torch.py", "compare_variants.py", "kernel_times.py", "profile_pair.py"):
+            with self.subTest(script=name, lib="not a library"):
+                r = subprocess.run([sys.executable, os.path.join(SCRIPTS, name), "--lib", lib], capture_output=True,
+                                   text=True, timeout=300, env=dict(os.environ, PYTHONPATH=fake))
+                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                self.assertNotIn("Traceback", r.stderr)
+                self.assertIn(f"{name}: cannot load --lib {lib}", r.stderr)
+
+
 class DocsPagesOut(OneLine):
     """docs_pages removes and overwrites only the pages it wrote: `--out .` once removed README.md."""
 
