@@ -189,12 +189,17 @@ int main(int argc, char** argv) {
     } catch (const std::bad_alloc&) {
       // The host side (inputs, the fp64 oracle) needs memory too; a problem too large for it is bad
       // input, not a crash.
-      // --no-check was suggested to a run that had it (step 01 keeps the N × N scores: 4 TiB at N = 2^20).
-      const bool unchecked = !*check && !*bench && lad.no_check;
+      // --no-check was suggested to a run that had it (step 01 keeps the N × N scores: 4 TiB at N = 2^20),
+      // and to commands without it (oracle generate, run, bench: CLI11 then refused it). Only the ladder has
+      // --no-check; the ring's way to skip the oracle is --check none.
+      const bool ladder_run = app.get_subcommands().empty();
+      const bool unchecked = ladder_run && lad.no_check;
+      const char* hint = ladder_run && !lad.no_check ? " or --no-check"
+                         : *ring && ring_o.check != "none" ? " or --check none"
+                                                          : "";
       std::cerr << "flashladder: error: out of host memory: the problem's host buffers (inputs, outputs, "
                 << (unchecked ? "a CPU step's scores, N x N in step 01" : "when checked, the fp64 oracle")
-                << ") do not fit in this machine's memory; choose a smaller problem"
-                << (unchecked || *check ? "" : " or --no-check") << "\n";
+                << ") do not fit in this machine's memory; choose a smaller problem" << hint << "\n";
       return 2;
     } catch (const std::exception& e) {
       std::cerr << "flashladder: error: " << e.what() << "\n";

@@ -129,3 +129,18 @@ else()
 endif()
 add_test(NAME cli.refusals_with_files COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli_refusals.sh $<TARGET_FILE:flashladder>
          ${FL_LAUNCHES_EXE} ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/cli_refusals)
+
+# --- The audit of 2026-12-06: the out-of-memory hint names only an option the command has ----------
+# oracle generate was told "or --no-check", an option only the ladder has (CLI11 then refused it).
+# 100000-long sequences under 1.5 GiB: the inputs alone do not fit, the error comes at once.
+add_test(NAME cli.generate_out_of_memory_hint COMMAND ${CMAKE_COMMAND} -DCMD=${FL_MEMCAP}
+         "-DARGS=1500000;$<TARGET_FILE:flashladder>;oracle;generate;-N;100000;-B;4;-H;16;--out;${G}/oom" -DRC=2
+         "-DEXPECT=out of host memory: .*; choose a smaller problem\n" -DREJECT=--no-check
+         -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake)
+# The ladder has the option: a checked run is still pointed to it.
+add_test(NAME cli.ladder_out_of_memory_hint COMMAND ${CMAKE_COMMAND} -DCMD=${FL_MEMCAP}
+         "-DARGS=1500000;$<TARGET_FILE:flashladder>;--steps;02;-N;100000;-B;4;-H;16;--reps;1;--warmup;0" -DRC=2
+         "-DEXPECT=out of host memory: .*; choose a smaller problem or --no-check\n"
+         -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake)
+set_tests_properties(cli.generate_out_of_memory_hint cli.ladder_out_of_memory_hint PROPERTIES TIMEOUT 120
+                     ENVIRONMENT "OMP_NUM_THREADS=2;MALLOC_ARENA_MAX=2")
