@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,7 +39,18 @@ struct ProblemOptions {
 /// Every integer option of app and of its subcommands reads decimal: CLI11 2.1 converts integers with
 /// strtoll(s, 0), which takes a leading 0 for octal (`-N 010` ran N = 8, `-N 08` could not be converted).
 /// Called once, after every option is added; an option added later would read 010 as 8 again.
+/// Every integer option refuses text beyond 64 bits too (fits<int64_t>, fits<uint64_t>), after its own validators.
 void decimal_integers(CLI::App& app);
+
+/// Integer text beyond what an option's type holds is refused, quoted as typed, with the type's range.
+/// CLI11 2.1 converts with strtoll, which saturates: -N 99999999999999999999 ran as 2^63 - 1 and the error
+/// quoted that, a number nobody typed; beyond an int it said only "Could not convert: --timeout = …".
+/// CLI11 names int and int64_t alike ("INT"), so an int option adds ->check(fits<int>()) itself.
+CLI::Validator fits_integer(int digits, bool is_signed);  // digits: std::numeric_limits<T>::digits
+template <class T>
+CLI::Validator fits() {
+  return fits_integer(std::numeric_limits<T>::digits, std::numeric_limits<T>::is_signed);
+}
 
 /// Whether a GPU step that cannot run here (no GPU, or a build without CUDA) is a failure: with
 /// --require-gpu, or FLASHLADDER_REQUIRE_GPU set to anything but "" or "0" (the device script sets

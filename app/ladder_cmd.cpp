@@ -46,6 +46,26 @@ CLI::Validator fits_int32(const std::string& what) {
 
 }  // namespace
 
+CLI::Validator fits_integer(int digits, bool is_signed) {
+  return CLI::Validator(
+      [digits, is_signed](std::string& s) -> std::string {
+        const bool negative = !s.empty() && s[0] == '-';
+        const size_t sign = negative || (!s.empty() && s[0] == '+');
+        const bool hex = s.size() > sign + 1 && s[sign] == '0' && (s[sign + 1] == 'x' || s[sign + 1] == 'X');
+        const size_t from = sign + (hex ? 2 : 0);
+        if (from >= s.size() || s.find_first_not_of(hex ? "0123456789abcdefABCDEF" : "0123456789", from) != std::string::npos)
+          return "";  // not a number: CLI11's own conversion error names it
+        uint64_t magnitude = 0;
+        const auto [end, ec] = std::from_chars(s.data() + from, s.data() + s.size(), magnitude, hex ? 16 : 10);
+        const uint64_t most = digits >= 64 ? UINT64_MAX : (uint64_t(1) << digits) - 1;
+        if (ec == std::errc() && magnitude <= (negative ? (is_signed ? most + 1 : 0) : most)) return "";
+        const std::string bits = std::to_string(digits);
+        return s + " is not allowed: it must be an integer from " + (is_signed ? "-2^" + bits : std::string("0")) +
+               " to 2^" + bits + " - 1 = " + std::to_string(most);
+      },
+      "");
+}
+
 void ProblemOptions::add_to(CLI::App& app) {
   batch_opt = app.add_option("-B,--batch", B, "Batch size B (with --cu-seqlens-q: the number of sequences)")->capture_default_str();
   app.add_option("-H,--heads", H, "Query heads H")->capture_default_str();
@@ -129,6 +149,9 @@ void decimal_integers(CLI::App& app) {
           return "";
         },
         ""));
+    // After the option's own validators (a range names its own limit): text beyond 64 bits is refused as
+    // typed. An int option, which CLI11 also calls "INT", takes fits<int>() itself.
+    o->check(base == "INT" ? fits<int64_t>() : fits<uint64_t>());
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) decimal_integers(*sub);
 }

@@ -60,7 +60,9 @@ CLI::App* add_ring_command(CLI::App& app, RingOptions& o) {
       "Step 11: ring attention on G GPUs of this host over NCCL (one process per GPU), checked against the "
       "oracle and timed; exit 0 pass, 1 a check failed, 2 bad input or a failed rank");
   o.prob.add_to(*c);
-  c->add_option("--gpus", o.gpus, "Ranks in the ring, one GPU each (devices 0 … G−1)")->capture_default_str();
+  c->add_option("--gpus", o.gpus, "Ranks in the ring, one GPU each (devices 0 … G−1)")
+      ->capture_default_str()
+      ->check(fits<int>());  // ints: CLI11 said only "Could not convert" beyond one (the limits are checked in run_ring)
   c->add_flag("--backward", o.backward, "Also run and time the backward (dQ, dK, dV)");
   c->add_option("--layout", o.layout,
                 "contiguous: rank r holds chunk r of G; zigzag: chunks r and 2G−1−r of 2G (balances causal work)")
@@ -75,6 +77,7 @@ CLI::App* add_ring_command(CLI::App& app, RingOptions& o) {
                 "Sampled check: K/V heads whose dK, dV rows are judged (each costs an O(N²·d) CPU pass); at most "
                 "--heads-kv (the default takes H_kv where it is below 2)")
       ->capture_default_str()
+      ->check(fits<int>())
       ->each([&o](const std::string&) { o.check_kv_heads_given = true; });
   c->add_option("--step", o.step, "Local forward step (default: the ladder's last forward rung that accepts every pair)");
   c->add_option("--bwd-step", o.bwd_step, "Local backward step (default: the ladder's last backward that accepts every pair)");
@@ -85,11 +88,13 @@ CLI::App* add_ring_command(CLI::App& app, RingOptions& o) {
       ->capture_default_str()->check(CLI::Range(0, kMaxReps));
   c->add_option("--warmup", o.warmup, "Untimed warm-up repetitions")->capture_default_str()->check(CLI::Range(0, kMaxReps));
   c->add_option("--timeout", o.timeout_s, "Seconds the whole run may take before every rank is ended")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(fits<int>());
   c->add_option("--nccl-ctas", o.nccl_ctas,
                 "At most this many thread blocks for NCCL's send/recv kernels (ncclConfig_t maxCTAs, 1-32): each "
                 "one holds an SM that the local step then lacks; 0: NCCL's own choice")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(fits<int>());
   return c;
 }
 

@@ -144,3 +144,28 @@ add_test(NAME cli.ladder_out_of_memory_hint COMMAND ${CMAKE_COMMAND} -DCMD=${FL_
          -P ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.cmake)
 set_tests_properties(cli.generate_out_of_memory_hint cli.ladder_out_of_memory_hint PROPERTIES TIMEOUT 120
                      ENVIRONMENT "OMP_NUM_THREADS=2;MALLOC_ARENA_MAX=2")
+
+# --- Integers beyond the option's type: the text as typed and the type's range ---------------------
+# CLI11 saturated int64: -N 99999999999999999999 was "Nq = 9223372036854775807 is more than the limit
+# 2^40", a number nobody typed (-N -99999999999999999999 as -9223372036854775808); beyond an int it said
+# only "Could not convert: --timeout = 99999999999".
+set(FL_INT64_RANGE "is not allowed: it must be an integer from -2\\^63 to 2\\^63 - 1 = 9223372036854775807")
+fl_cli_exit(huge_n 2 "--seq: 99999999999999999999 ${FL_INT64_RANGE}" check --steps 01 -N 99999999999999999999)
+fl_cli_exit(huge_negative_n 2 "--seq: -99999999999999999999 ${FL_INT64_RANGE}" check --steps 01 -N -99999999999999999999)
+fl_cli_exit(huge_hex_n 2 "--seq: 0x10000000000000000 ${FL_INT64_RANGE}" check --steps 01 -N 0x10000000000000000)
+fl_cli_exit(huge_batch 2 "--batch: 99999999999999999999 ${FL_INT64_RANGE}" check --steps 01 -B 99999999999999999999)
+fl_cli_exit(huge_nq 2 "--nq: 99999999999999999999 ${FL_INT64_RANGE}" check --steps 01 --nq 99999999999999999999)
+fl_cli_exit(huge_heads_kv 2 "--heads-kv: 99999999999999999999 ${FL_INT64_RANGE}" check --steps 01 --heads-kv 99999999999999999999)
+fl_cli_exit(huge_window 2 "--window: 99999999999999999999 ${FL_INT64_RANGE}" check --steps 01 --window 99999999999999999999,0)
+fl_cli_exit(huge_sweep 2 "--sweep: 99999999999999999999 ${FL_INT64_RANGE}" --steps 01 --sweep 16,99999999999999999999)
+fl_cli_exit(huge_generate_n 2 "--seq: 99999999999999999999 ${FL_INT64_RANGE}" oracle generate --out ${G}/unused -N 99999999999999999999)
+# The ring's options are ints (refused at parsing, so in every build).
+set(FL_INT_RANGE "is not allowed: it must be an integer from -2\\^31 to 2\\^31 - 1 = 2147483647")
+fl_cli_exit(huge_ring_timeout 2 "--timeout: 99999999999 ${FL_INT_RANGE}" ring --timeout 99999999999)
+fl_cli_exit(huge_ring_gpus 2 "--gpus: 99999999999 ${FL_INT_RANGE}" ring --gpus 99999999999)
+fl_cli_exit(huge_ring_nccl_ctas 2 "--nccl-ctas: -99999999999 ${FL_INT_RANGE}" ring --nccl-ctas -99999999999)
+fl_cli_exit(huge_ring_check_kv_heads 2 "--check-kv-heads: 99999999999 ${FL_INT_RANGE}" ring --check-kv-heads 99999999999)
+# Where an option has a range of its own, that range is named (not the type's).
+fl_cli_exit(huge_reps 2 "--reps: Value 99999999999999999999 not in range 1 to 1000000" --steps 01 --reps 99999999999999999999)
+# In range of the type, the value reaches the problem's own limit, quoted as typed.
+fl_cli_exit(big_n 2 "Nq = 9223372036854775807 is more than the limit 2\\^40" check --steps 01 -N 9223372036854775807)
