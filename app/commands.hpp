@@ -39,7 +39,8 @@ struct ProblemOptions {
 /// Every integer option of app and of its subcommands reads decimal: CLI11 2.1 converts integers with
 /// strtoll(s, 0), which takes a leading 0 for octal (`-N 010` ran N = 8, `-N 08` could not be converted).
 /// Called once, after every option is added; an option added later would read 010 as 8 again.
-/// Every integer option refuses text beyond 64 bits too (fits<int64_t>, fits<uint64_t>), after its own validators.
+/// Every integer option refuses text beyond 64 bits too (fits<int64_t>, fits<uint64_t>), after its own
+/// validators; and every option or argument that takes a value, of any type, refuses an empty one.
 void decimal_integers(CLI::App& app);
 
 /// Integer text beyond what an option's type holds is refused, quoted as typed, with the type's range.

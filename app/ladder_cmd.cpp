@@ -132,11 +132,12 @@ void decimal_integers(CLI::App& app) {
     const std::string base = type.substr(0, type.find(':'));
     if (o->get_type_size() == 0) continue;  // a flag
     // An empty value is not a number: -B "" read as B = 0, --seqused-k "" as one 0, --scale "" and
-    // --softcap "" were dropped without a word.
-    if (base == "INT" || base == "UINT" || base == "FLOAT" || o->get_name() == "--alibi")
-      o->transform(CLI::Validator(
-          [](std::string& s) -> std::string { return s.empty() ? "an empty value is not allowed: give a value" : ""; },
-          ""));
+    // --softcap "" were dropped without a word. Nor is it a path or a list: --json "" wrote no records
+    // and exited 0, --steps "" ran every step, ring --step "" took the default; --out "" failed later
+    // with a path of nothing. No option of the program means anything by it.
+    o->transform(CLI::Validator(
+        [](std::string& s) -> std::string { return s.empty() ? "an empty value is not allowed: give a value" : ""; },
+        ""));
     if (base != "INT" && base != "UINT") continue;  // not an integer
     // Before every other validator (a range converts the text too): leading zeros of a decimal number
     // are dropped, so 010 is 10. 0x.. and 0b.. are left to CLI11: a prefix says its base.
