@@ -16,11 +16,14 @@ namespace fl::cli {
 
 namespace {
 
-std::vector<const Step*> pick(const std::string& list, bool gpu_only) {
+// The steps of a comma-separated list ("" or "all": every step). gpu_opt: the list is that option of
+// bench, which times GPU steps; a CPU step named in it is refused (only "all" was filtered: --steps 01
+// ran, and its CPU time was recorded under the GPU's environment).
+std::vector<const Step*> pick(const std::string& list, const char* gpu_opt = nullptr) {
   std::vector<const Step*> out;
   if (list.empty() || list == "all") {
     for (const Step& s : ladder())
-      if (!gpu_only || s.gpu()) out.push_back(&s);
+      if (!gpu_opt || s.gpu()) out.push_back(&s);
     return out;
   }
   std::stringstream ss(list);
@@ -28,6 +31,8 @@ std::vector<const Step*> pick(const std::string& list, bool gpu_only) {
   while (std::getline(ss, name, ',')) {
     const Step* s = find_step(name);
     if (!s) throw Error("unknown step '" + name + "'; see 'flashladder steps'");
+    if (gpu_opt && !s->gpu())
+      throw Error(std::string(gpu_opt) + " " + s->folder + " runs on the CPU; the benchmark times GPU steps");
     out.push_back(s);
   }
   return out;
@@ -41,7 +46,7 @@ int run_check(const ProblemOptions& po, const std::string& steps, bool backward,
   std::string gpu_why;
   const bool have_gpu = gpu_device(&gpu_why).has_value();
   std::map<int, std::pair<Inputs, Expected>> cache;
-  for (const Step* s : pick(steps, false)) {
+  for (const Step* s : pick(steps)) {
     Problem p = p0;
     if (!s->gpu() && !s->supports_dtype(p.dtype)) p.dtype = DType::f32;
     const bool bwd = backward && s->backward;
@@ -84,8 +89,9 @@ int run_check(const ProblemOptions& po, const std::string& steps, bool backward,
 int run_bench(const BenchOptions& o) {
   // The step lists first: an unknown name was found after the ceilings (--steps) or the headline and
   // decode sections (--sweep-steps), minutes in, with records already written; without a GPU never.
-  pick(o.headline_steps, true);
-  pick(o.sweep_steps, true);
+  // A CPU step is refused here too, so that a machine without a GPU says so (tests/input_tests.cmake).
+  pick(o.headline_steps, "--steps");
+  pick(o.sweep_steps, "--sweep-steps");
   std::string why;
   auto dev = gpu_device(&why);
   if (!dev) throw Error("the benchmark needs a CUDA device: " + why);
@@ -132,9 +138,9 @@ int run_bench(const BenchOptions& o) {
     std::cout << "\nheadline: " << hp.describe() << "\n";
     Inputs in = make_inputs(hp, o.seed);
     bool need_bwd = false;
-    for (const Step* s : pick(o.headline_steps, true)) need_bwd = need_bwd || s->has_backward();
+    for (const Step* s : pick(o.headline_steps, "--steps")) need_bwd = need_bwd || s->has_backward();
     Expected e = expected_for(in, need_bwd);
-    for (const Step* s : pick(o.headline_steps, true)) {
+    for (const Step* s : pick(o.headline_steps, "--steps")) {
       if (const std::string why = s->why_not(hp); !why.empty()) {
         std::cout << "  " << std::left << std::setw(22) << s->folder << " not run: " << why << "\n";
         continue;
@@ -176,7 +182,7 @@ int run_bench(const BenchOptions& o) {
               << " MiB)\n";
     Inputs in = make_inputs(dp, o.seed);
     Expected e = expected_for(in, false);
-    for (const Step* s : pick(o.headline_steps, true)) {
+    for (const Step* s : pick(o.headline_steps, "--steps")) {
       if (const std::string why = s->why_not(dp); !why.empty()) {
         std::cout << "  " << std::left << std::setw(22) << s->folder << " not run: " << why << "\n";
         continue;
@@ -214,7 +220,7 @@ int run_bench(const BenchOptions& o) {
           p.B = 16384 / N; p.H = p.H_kv = 2048 / d; p.Nq = p.Nk = N; p.d = d; p.causal = causal;
           p.dtype = DType::f16;
           std::cout << "  N=" << std::setw(5) << N << ":";
-          for (const Step* s : pick(o.sweep_steps, true)) {
+          for (const Step* s : pick(o.sweep_steps, "--sweep-steps")) {
             if (!s->refusal(p).empty()) continue;
             for (bool bwd : {false, true}) {
               if (bwd && !s->has_backward()) continue;

@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
   bench->add_option("--json", bench_o.json, "Append one JSON record per measurement to this file");
   bench->add_option("--steps", bench_o.headline_steps, "GPU steps at the headline problem (default all)")->capture_default_str();
   bench->add_option("--headline-dtypes", bench_types, "Storage types of the headline problem")->delimiter(',')->capture_default_str();
-  bench->add_option("--sweep-steps", bench_o.sweep_steps, "Steps timed over the FA2 sweep (default none)");
+  bench->add_option("--sweep-steps", bench_o.sweep_steps, "GPU steps timed over the FA2 sweep (default none)");
   bench->add_flag("!--no-sweep-cublas", bench_o.sweep_cublas, "Skip cuBLAS standard attention in the sweep");
   bench->add_option("--reps", bench_o.time.reps, "Timed repetitions")->capture_default_str()->check(CLI::Range(1, fl::kMaxReps));
   bench->add_option("--warmup", bench_o.time.warmup, "Warm-up repetitions")

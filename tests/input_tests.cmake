@@ -169,3 +169,10 @@ fl_cli_exit(huge_ring_check_kv_heads 2 "--check-kv-heads: 99999999999 ${FL_INT_R
 fl_cli_exit(huge_reps 2 "--reps: Value 99999999999999999999 not in range 1 to 1000000" --steps 01 --reps 99999999999999999999)
 # In range of the type, the value reaches the problem's own limit, quoted as typed.
 fl_cli_exit(big_n 2 "Nq = 9223372036854775807 is more than the limit 2\\^40" check --steps 01 -N 9223372036854775807)
+
+# --- bench times GPU steps: a CPU step named in its lists is refused (before the GPU is looked for) ----
+# Only "all" was filtered: bench --steps 01 ran step 01 and recorded its CPU time under the GPU's
+# environment, though the help says "GPU steps".
+fl_cli_exit(bench_cpu_step 2 "--steps 01_cpu_standard runs on the CPU; the benchmark times GPU steps" bench --steps 05,01)
+fl_cli_exit(bench_sweep_cpu_step 2 "--sweep-steps 02_cpu_online_softmax runs on the CPU; the benchmark times GPU steps"
+            bench --sweep-steps 02)
