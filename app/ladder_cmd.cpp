@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include <sys/wait.h>  // WIFEXITED: the status std::system returns
+#include <unistd.h>    // getpid: the name of lab_stripped_copy's folder
 
 #include "app/record.hpp"
 #include "reference/verify.hpp"
@@ -542,6 +543,18 @@ int show_diff(const std::string& name) {
                 " (install the program with 'cmake --install', which installs them, or run it from its build tree)");
   };
   // The lab marks (// LAB:…, app/lab_cmd.cpp) are not part of a step's idea: diffed without them.
+  // The copies' folder (lab_stripped_copy's, TMPDIR/flashladder-diff-PID) goes on every path out: it was
+  // removed only after diff ran, so a copy that could not be written (a full disk) left it behind.
+  struct RemoveCopies {
+    fs::path dir;
+    ~RemoveCopies() {
+      std::error_code ec;
+      if (!dir.empty()) fs::remove_all(dir, ec);
+    }
+  } copies;
+  std::error_code tmp_ec;
+  const fs::path tmp = fs::temp_directory_path(tmp_ec);
+  if (!tmp_ec) copies.dir = tmp / ("flashladder-diff-" + std::to_string(::getpid()));
   const std::string b = lab_stripped_copy(source(*s).string());
   // A step that adds the backward and runs its base's forward (09 on 08d) is its backward alone:
   // shown whole, as new lines.
@@ -552,7 +565,6 @@ int show_diff(const std::string& name) {
             << (s->diff_whole() ? " (whose forward it runs; its source is the backward, all new)" : "") << ": "
             << s->change << "\n" << std::flush;
   int rc = std::system(cmd.c_str());
-  fs::remove_all(fs::path(b).parent_path());  // the marks-free copies (lab_stripped_copy's folder)
   if (rc == -1) throw Error("could not run diff");
   // diff exits 1 when files differ, which is the point; 2 is its own trouble (a source it could not
   // read, an output it could not write), which it has already named on stderr.

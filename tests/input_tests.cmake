@@ -176,3 +176,7 @@ fl_cli_exit(big_n 2 "Nq = 9223372036854775807 is more than the limit 2\\^40" che
 fl_cli_exit(bench_cpu_step 2 "--steps 01_cpu_standard runs on the CPU; the benchmark times GPU steps" bench --steps 05,01)
 fl_cli_exit(bench_sweep_cpu_step 2 "--sweep-steps 02_cpu_online_softmax runs on the CPU; the benchmark times GPU steps"
             bench --sweep-steps 02)
+
+# --- flashladder diff removes its temporary folder on every path out, a failed copy included ---------
+add_test(NAME cli.diff_temp_folder COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/diff_temp_folder.sh $<TARGET_FILE:flashladder>
+         ${CMAKE_CURRENT_BINARY_DIR}/diff_temp_folder)
