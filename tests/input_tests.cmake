@@ -128,7 +128,8 @@ else()
   set(FL_LAUNCHES_EXE none)
 endif()
 add_test(NAME cli.refusals_with_files COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli_refusals.sh $<TARGET_FILE:flashladder>
-         ${FL_LAUNCHES_EXE} ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/cli_refusals)
+         ${FL_LAUNCHES_EXE} ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/cli_refusals
+         $<TARGET_FILE:flashladder_ring_launcher>)
 
 # --- The audit of 2026-12-06: the out-of-memory hint names only an option the command has ----------
 # oracle generate was told "or --no-check", an option only the ladder has (CLI11 then refused it).
