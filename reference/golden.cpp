@@ -90,6 +90,13 @@ T field(const json& j, const char* key, const std::string& where) {
   }
 }
 
+// A manifest field bound in place, or fl::Error naming the manifest and the field. field<json> would
+// copy the value, and nlohmann copies by recursion.
+const json& member(const json& j, const char* key, const std::string& where) {
+  if (!j.is_object() || !j.contains(key)) throw Error(where + ": missing field '" + key + "'");
+  return j.at(key);
+}
+
 // The text of every floating-point number of a manifest as it was written, by the double's bits: a
 // refused value is quoted as the user wrote it ("1e300", not nlohmann's "1e+300").
 using RawFloats = std::map<uint64_t, std::string>;
@@ -100,11 +107,24 @@ uint64_t bits_of(double x) {
   return b;
 }
 
-// nlohmann's DOM parser, with every number_float event's raw text recorded on the way.
+// How deep arrays and objects may nest in a manifest (it nests 4: the manifest, tensors, one tensor,
+// its shape). nlohmann parses without recursion but copies, prints, compares and destroys a value
+// recursively, a stack frame a level: 100000 levels of [[[…]]] (200 KB) overflowed the stack.
+constexpr int kMaxDepth = 64;
+
+// nlohmann's DOM parser, with every number_float event's raw text recorded on the way, refusing a
+// nesting deeper than kMaxDepth before it is built.
 struct RecordingSax {
   nlohmann::detail::json_sax_dom_parser<json> dom;
   RawFloats& raw;
-  RecordingSax(json& j, RawFloats& r) : dom(j, true), raw(r) {}
+  const std::string& where;
+  int depth = 0;
+  RecordingSax(json& j, RawFloats& r, const std::string& w) : dom(j, true), raw(r), where(w) {}
+  void deeper() {
+    if (++depth > kMaxDepth)
+      throw Error(where + ": nested deeper than " + std::to_string(kMaxDepth) +
+                  " levels of arrays and objects (the limit; a golden manifest nests 4 deep)");
+  }
   bool null() { return dom.null(); }
   bool boolean(bool v) { return dom.boolean(v); }
   bool number_integer(json::number_integer_t v) { return dom.number_integer(v); }
@@ -115,11 +135,11 @@ struct RecordingSax {
   }
   bool string(std::string& v) { return dom.string(v); }
   bool binary(json::binary_t& v) { return dom.binary(v); }
-  bool start_object(std::size_t n) { return dom.start_object(n); }
+  bool start_object(std::size_t n) { return deeper(), dom.start_object(n); }
   bool key(std::string& k) { return dom.key(k); }
-  bool end_object() { return dom.end_object(); }
-  bool start_array(std::size_t n) { return dom.start_array(n); }
-  bool end_array() { return dom.end_array(); }
+  bool end_object() { return --depth, dom.end_object(); }
+  bool start_array(std::size_t n) { return deeper(), dom.start_array(n); }
+  bool end_array() { return --depth, dom.end_array(); }
   bool parse_error(std::size_t pos, const std::string& tok, const nlohmann::detail::exception& e) {
     return dom.parse_error(pos, tok, e);
   }
@@ -400,7 +420,7 @@ Manifest parse_manifest_text(const std::string& text, const std::string& where) 
   json j;
   RawFloats raw;
   try {
-    RecordingSax sax(j, raw);
+    RecordingSax sax(j, raw, where);
     json::sax_parse(text, &sax);
   } catch (const json::exception& e) {
     throw Error(where + ": not valid JSON: " + e.what());
@@ -417,7 +437,7 @@ Manifest parse_manifest(const json& j, const RawFloats& raw, const std::string& 
     throw Error(where + ": format_version " + j["format_version"].dump() + " is not the version read here (" +
                 std::to_string(kFormatVersion) + ")");
   Manifest m;
-  const json pj = field<json>(j, "problem", where);
+  const json& pj = member(j, "problem", where);
   const std::string pw = where + " problem";
   // Sizes from 1 to 2^40, the most Problem allows in one tensor (its validation checks products).
   const int64_t kMaxDim = int64_t(1) << 40;
@@ -437,14 +457,14 @@ Manifest parse_manifest(const json& j, const RawFloats& raw, const std::string& 
   const std::string why = m.p.invalid_reason();
   if (!why.empty()) throw Error(pw + ": " + why);
   m.seed = integer_field<uint64_t>(j, "seed", where, 0, UINT64_MAX, raw);
-  const json ij = field<json>(j, "inputs", where);
+  const json& ij = member(j, "inputs", where);
   m.opt.mean = finite_field(ij, "mean", where + " inputs", raw);
   m.opt.q_scale = finite_field(ij, "q_scale", where + " inputs", raw);
   m.tensors = layout(m.p);
-  const json ts = field<json>(j, "tensors", where);
+  const json& ts = member(j, "tensors", where);
   for (TensorInfo& ti : m.tensors) {
     const std::string tw = where + " tensors." + ti.name;
-    const json x = field<json>(ts, ti.name.c_str(), where + " tensors");
+    const json& x = member(ts, ti.name.c_str(), where + " tensors");
     if (field<std::string>(x, "file", tw) != ti.file) throw Error(tw + ": file is not '" + ti.file + "'");
     const std::vector<int64_t> shape = int64_list(x, "shape", tw, raw);
     if (shape != ti.shape)

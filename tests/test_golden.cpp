@@ -272,6 +272,37 @@ TEST(Golden, MissingOrMalformedFilesAreBadInput) {
   with("flashladder-golden", "something-else", "not a flashladder golden manifest");
 }
 
+// JSON nested 100000 deep (200 KB) inside the problem crashed the reader (exit 139): nlohmann copies,
+// prints and compares a value by recursion, one stack frame a level. The reader refuses a nesting past
+// its limit while parsing, naming the limit; a manifest nests 4 deep.
+TEST(Golden, DeeplyNestedManifestIsRefusedNamingTheLimit) {
+  Dirs d("deep");
+  golden::generate(small(DType::f16), kSeed, d.golden());
+  std::string text;
+  {
+    std::ifstream f(fs::path(d.golden()) / "manifest.json");
+    text.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  const size_t at = text.find("\"problem\": {");
+  ASSERT_NE(at, std::string::npos);
+  auto nested = [&](size_t depth) {
+    std::string t = text;
+    t.insert(at + 12, "\"junk\": " + std::string(depth, '[') + std::string(depth, ']') + ", ");
+    return t;
+  };
+  for (size_t depth : {size_t(100000), size_t(63)}) {
+    try {
+      golden::parse_manifest_text(nested(depth), "m.json");
+      ADD_FAILURE() << "accepted a manifest nested " << depth << " deep";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("m.json: nested deeper than 64 levels of arrays and objects"), std::string::npos)
+          << e.what();
+    }
+  }
+  // Within the limit, an unknown field is ignored as before (the problem's object is level 2).
+  EXPECT_NO_THROW(golden::parse_manifest_text(nested(62), "m.json"));
+}
+
 // Issue 13: a golden set whose answers are NaN, or whose floor its answers do not give, is broken:
 // refused as bad input whatever the candidate (here the golden set itself, which would otherwise pass).
 TEST(Golden, BrokenAnswersAreRefusedWhateverTheCandidate) {
