@@ -311,9 +311,6 @@ const TensorInfo& Manifest::at(const std::string& name) const {
 
 Manifest generate(const Problem& p, uint64_t seed, const std::string& dir, InputOptions opt) {
   p.validate();
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (!fs::is_directory(dir)) throw Error(dir + ": cannot create the output folder" + (ec ? ": " + ec.message() : ""));
   Manifest m;
   m.p = p;
   m.seed = seed;
@@ -326,18 +323,15 @@ Manifest generate(const Problem& p, uint64_t seed, const std::string& dir, Input
   const std::map<std::string, std::pair<const std::vector<double>*, const std::vector<float>*>> outputs = {
       {"o", {&e.fwd.o, &e.base_fwd.o}},     {"lse", {&e.fwd.lse, &e.base_fwd.lse}}, {"dq", {&e.bwd.dq, &e.base_bwd.dq}},
       {"dk", {&e.bwd.dk, &e.base_bwd.dk}}, {"dv", {&e.bwd.dv, &e.base_bwd.dv}}};
+  // Every tolerance before any file is written: a problem refused here (a baseline that overflows)
+  // had already replaced the inputs of the set in dir, under its old manifest and answers.
   for (TensorInfo& t : m.tensors) {
-    const std::string path = (fs::path(dir) / t.file).string();
-    if (t.input) {
-      npy::write(path, from_float(t.storage, *inputs.at(t.name), t.shape));
-      continue;
-    }
+    if (t.input) continue;
     const auto [oracle, base] = outputs.at(t.name);
     t.tol = tolerance_for(*oracle, *base, t.storage);
     if (!std::isfinite(t.tol.tol))
       throw Error("the baseline of " + t.name + " is not finite for " + p.describe() + " (seed " +
                   std::to_string(seed) + "): no tolerance can be given");
-    npy::write(path, from_double(*oracle, t.shape));
   }
 
   json j;
@@ -391,11 +385,36 @@ Manifest generate(const Problem& p, uint64_t seed, const std::string& dir, Input
     ts[t.name] = x;
   }
   j["tensors"] = ts;
+
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!fs::is_directory(dir)) throw Error(dir + ": cannot create the output folder" + (ec ? ": " + ec.message() : ""));
+  // The manifest is what makes a folder a golden set: the old one goes before the first tensor is
+  // replaced, and the new one comes last, whole (written aside, then renamed). A write that fails
+  // between (a full disk) leaves a folder that is refused as a golden set, never one that mixes the
+  // new inputs with the old answers and then blames every correct candidate.
   const std::string mpath = (fs::path(dir) / "manifest.json").string();
-  std::ofstream f(mpath);
-  f << j.dump(2) << "\n";
-  f.close();
-  if (!f) throw Error(mpath + ": write failed");
+  if (!fs::remove(mpath, ec) && ec) throw Error(mpath + ": cannot remove the old manifest: " + ec.message());
+  const std::string incomplete = "; the golden set in " + dir + " is incomplete: it has no manifest.json";
+  try {
+    for (const TensorInfo& t : m.tensors) {
+      const std::string path = (fs::path(dir) / t.file).string();
+      if (t.input) npy::write(path, from_float(t.storage, *inputs.at(t.name), t.shape));
+      else npy::write(path, from_double(*outputs.at(t.name).first, t.shape));
+    }
+    const std::string tmp = mpath + ".tmp";
+    std::ofstream f(tmp);
+    f << j.dump(2) << "\n";
+    f.close();
+    if (!f) {
+      fs::remove(tmp, ec);
+      throw Error(tmp + ": write failed (disk full?)");
+    }
+    fs::rename(tmp, mpath, ec);
+    if (ec) throw Error(mpath + ": cannot be written: " + ec.message());
+  } catch (const Error& e) {
+    throw Error(e.what() + incomplete);
+  }
   return m;
 }
 

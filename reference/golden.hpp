@@ -45,7 +45,8 @@ std::vector<double> to_double(const npy::Array& a);
 npy::Array from_float(DType t, const std::vector<float>& xs, const std::vector<int64_t>& shape);
 
 /// Computes the oracle (forward and backward) and the baseline on seeded inputs, writes the golden
-/// set into dir (created if needed) and returns its manifest.
+/// set into dir (created if needed) and returns its manifest. A problem refused (a tolerance that
+/// cannot be given) leaves dir untouched; a write that fails leaves it without manifest.json.
 Manifest generate(const Problem& p, uint64_t seed, const std::string& dir, InputOptions opt = {});
 
 /// dir/manifest.json, checked: a malformed field, or a shape that disagrees with the problem, is

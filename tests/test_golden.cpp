@@ -272,6 +272,41 @@ TEST(Golden, MissingOrMalformedFilesAreBadInput) {
   with("flashladder-golden", "something-else", "not a flashladder golden manifest");
 }
 
+// A generate that fails must not leave a set that mixes two problems: one refused for its tolerance
+// (scale 1e300: the baseline overflows) had already replaced q, k, v, do under the old manifest and
+// answers, and every correct step then failed its check. It now touches nothing; and one whose writes
+// fail partway (here lse.npy cannot be written; a full disk in life) leaves no manifest.json, so the
+// folder is refused as a golden set instead of checked against the old answers.
+TEST(Golden, FailedGenerateLeavesNoMixedSet) {
+  Dirs d("failed_generate");
+  golden::generate(small(DType::f16), kSeed, d.golden());
+  auto bytes = [&](const char* f) {
+    std::ifstream in(fs::path(d.golden()) / f, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string q = bytes("q.npy"), manifest = bytes("manifest.json");
+  Problem huge = small(DType::f16);
+  huge.scale = 1e300;
+  EXPECT_THROW(golden::generate(huge, kSeed + 1, d.golden()), Error);
+  EXPECT_TRUE(bytes("q.npy") == q) << "a refused generate replaced the inputs";
+  EXPECT_TRUE(bytes("manifest.json") == manifest) << "a refused generate replaced the manifest";
+  const fs::path lse = fs::path(d.golden()) / "lse.npy";
+  fs::remove(lse);
+  fs::create_directory(lse);
+  try {
+    golden::generate(small(DType::f16), kSeed + 1, d.golden());
+    ADD_FAILURE() << "wrote a golden set without its lse.npy";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is incomplete: it has no manifest.json"), std::string::npos) << e.what();
+  }
+  try {
+    golden::read_manifest(d.golden());
+    ADD_FAILURE() << "a half-written golden set kept a manifest";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("manifest.json: cannot be opened"), std::string::npos) << e.what();
+  }
+}
+
 // JSON nested 100000 deep (200 KB) inside the problem crashed the reader (exit 139): nlohmann copies,
 // prints and compares a value by recursion, one stack frame a level. The reader refuses a nesting past
 // its limit while parsing, naming the limit; a manifest nests 4 deep.

@@ -1,0 +1,22 @@
+#!/bin/sh
+# flashladder — tests/cli_files.sh FLASHLADDER WORK_DIR: the audit of the program's files (golden sets,
+# run's outputs, lab folders, .npy files), each case an exit status and a message, and what must be
+# left on disk afterwards. CPU only: every case runs without a GPU.
+F=$1; T=$2
+rm -rf "$T" && mkdir -p "$T" || exit 1
+fail=0
+expect() {  # expect RC REGEX COMMAND...: the command exits RC and prints REGEX (stdout or stderr)
+  want=$1; re=$2; shift 2
+  out=$(timeout 60 "$@" 2>&1); rc=$?
+  if [ $rc -ne "$want" ] || ! printf '%s' "$out" | grep -Eq -- "$re"; then
+    echo "FAILED: $* -> exit $rc (wanted $want and /$re/): $out" | head -c 600; echo; fail=1
+  fi
+}
+# A generate refused for its tolerance had replaced the inputs of the set in --out under the old
+# manifest and answers, and a correct step then failed its check.
+"$F" oracle generate -B 1 -H 1 -N 8 -d 4 --out "$T/gx" > /dev/null || { echo "oracle generate failed"; exit 1; }
+expect 2 "the baseline of o is not finite" "$F" oracle generate -B 1 -H 1 -N 8 -d 4 --seed 5 --scale 1e300 --out "$T/gx"
+"$F" run --step 01 --in "$T/gx" --out "$T/gx_run" > /dev/null || { echo "run --step 01 failed"; exit 1; }
+expect 0 "oracle check: PASS" "$F" oracle check --golden "$T/gx" --candidate "$T/gx_run"
+[ $fail -eq 0 ] && echo "every case named its problem and left its files as they should be"
+exit $fail
