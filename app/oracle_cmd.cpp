@@ -76,6 +76,7 @@ int run_on_files(const std::string& step_name, const std::string& in_dir, const 
   if (std::filesystem::exists(std::filesystem::path(out_dir) / "manifest.json", ec))
     throw Error("--out " + out_dir + " holds a golden set (manifest.json): the step's outputs would replace the "
                 "oracle's; write them to another folder");
+  golden::check_output_folder(out_dir, backward);  // before the step runs, not after
   const golden::Manifest m = golden::read_manifest(in_dir);
   Inputs in = golden::read_inputs(in_dir, m);
   // CPU steps compute in fp32; fp16 and bf16 inputs are exact in fp32, so they run on the very

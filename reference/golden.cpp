@@ -534,7 +534,23 @@ Inputs read_inputs(const std::string& dir, const Manifest& m) {
   return in;
 }
 
+void check_output_folder(const std::string& dir, bool backward) {
+  if (backward) return;  // all five are written
+  // Refused rather than removed: the gradients may be another tool's outputs, or the ones a user
+  // means to keep; deleting them is not this run's to do. Refusing changes nothing on disk and names
+  // the files, so neither a check of two runs' outputs nor a lost file can follow from it.
+  std::string stale;
+  std::error_code ec;
+  for (const char* f : {"dq.npy", "dk.npy", "dv.npy"})
+    if (fs::exists(fs::path(dir) / f, ec)) stale += std::string(stale.empty() ? "" : ", ") + f;
+  if (!stale.empty())
+    throw Error(dir + " holds " + stale + " from an earlier run: a forward run writes only o.npy and lse.npy, and "
+                "oracle check would judge those gradients with them; remove them, run with --backward, or write "
+                "to another folder");
+}
+
 std::vector<std::string> write_outputs(const std::string& dir, const Problem& p, const Outputs& out, bool backward) {
+  check_output_folder(dir, backward);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (!fs::is_directory(dir)) throw Error(dir + ": cannot create the output folder" + (ec ? ": " + ec.message() : ""));

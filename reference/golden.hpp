@@ -60,8 +60,11 @@ Manifest parse_manifest_text(const std::string& text, const std::string& where);
 /// The golden set's inputs as a step sees them (q, k, v, dO, each exact in the storage type).
 Inputs read_inputs(const std::string& dir, const Manifest& m);
 
+/// Refuses (fl::Error naming the files) a forward-only write (backward false) into a dir that holds
+/// dq.npy, dk.npy or dv.npy: check() would judge them beside the new o and lse.
+void check_output_folder(const std::string& dir, bool backward);
 /// Writes a step's outputs in dir as .npy: o (and dq, dk, dv when backward) in kind_for(p.dtype),
-/// lse in f4. Returns the files written.
+/// lse in f4, after check_output_folder. Returns the files written.
 std::vector<std::string> write_outputs(const std::string& dir, const Problem& p, const Outputs& out, bool backward);
 
 struct TensorResult {

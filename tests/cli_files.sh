@@ -18,5 +18,10 @@ expect() {  # expect RC REGEX COMMAND...: the command exits RC and prints REGEX 
 expect 2 "the baseline of o is not finite" "$F" oracle generate -B 1 -H 1 -N 8 -d 4 --seed 5 --scale 1e300 --out "$T/gx"
 "$F" run --step 01 --in "$T/gx" --out "$T/gx_run" > /dev/null || { echo "run --step 01 failed"; exit 1; }
 expect 0 "oracle check: PASS" "$F" oracle check --golden "$T/gx" --candidate "$T/gx_run"
+# run --out on a folder holding an earlier run's gradients wrote o and lse beside them, and oracle check
+# then passed "5 tensors": the folder is refused, naming the files, before the step runs.
+mkdir -p "$T/cs" && cp "$T/gx/dq.npy" "$T/gx/dk.npy" "$T/gx/dv.npy" "$T/cs/" || exit 1
+expect 2 "cs holds dq.npy, dk.npy, dv.npy from an earlier run" "$F" run --step 01 --in "$T/gx" --out "$T/cs"
+[ -e "$T/cs/o.npy" ] && { echo "FAILED: run wrote $T/cs/o.npy beside the stale gradients"; fail=1; }
 [ $fail -eq 0 ] && echo "every case named its problem and left its files as they should be"
 exit $fail

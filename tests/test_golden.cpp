@@ -272,6 +272,29 @@ TEST(Golden, MissingOrMalformedFilesAreBadInput) {
   with("flashladder-golden", "something-else", "not a flashladder golden manifest");
 }
 
+// A forward-only write into a folder that holds gradients from an earlier run left them beside the
+// new o and lse, and oracle check (which judges the gradients it finds) passed 5 tensors of two runs.
+// The folder is refused, naming the files, before anything is written.
+TEST(Golden, ForwardOutputsRefuseStaleGradients) {
+  Dirs d("stale_gradients");
+  const golden::Manifest m = golden::generate(small(DType::f16), kSeed, d.golden());
+  copy_golden(d, m);
+  fs::remove(fs::path(d.cand()) / "o.npy");
+  fs::remove(fs::path(d.cand()) / "dk.npy");
+  Inputs in = golden::read_inputs(d.golden(), m);
+  in.p.dtype = DType::f32;
+  const Outputs out = run_step(*find_step("01"), in, false);
+  try {
+    golden::write_outputs(d.cand(), in.p, out, false);
+    ADD_FAILURE() << "wrote o and lse beside an earlier run's dq and dv";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds dq.npy, dv.npy from an earlier run"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(fs::path(d.cand()) / "o.npy")) << "refused after writing";
+  for (const char* f : {"dq.npy", "dv.npy"}) fs::remove(fs::path(d.cand()) / f);
+  EXPECT_EQ(golden::write_outputs(d.cand(), in.p, out, false).size(), 2u);
+}
+
 // A generate that fails must not leave a set that mixes two problems: one refused for its tolerance
 // (scale 1e300: the baseline overflows) had already replaced q, k, v, do under the old manifest and
 // answers, and every correct step then failed its check. It now touches nothing; and one whose writes
@@ -431,6 +454,8 @@ TEST(GoldenVariants, EveryVariantRoundTrips) {
       o[o.size() / 2] += 3 * m.at("o").tol.tol;
       put(d, "o", o, m.at("o").shape);
       EXPECT_FALSE(golden::check(d.golden(), d.cand(), true).pass);
+      // The steps' forward outputs go where no gradients are (write_outputs refuses to leave them beside).
+      for (const char* f : {"dq.npy", "dk.npy", "dv.npy"}) fs::remove(fs::path(d.cand()) / f);
       for (const char* name : {"01", "02"}) {
         Inputs x = golden::read_inputs(d.golden(), m);
         x.p.dtype = DType::f32;
