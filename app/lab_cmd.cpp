@@ -189,6 +189,15 @@ std::string exercises_text() {
   return s;
 }
 
+// Whether build is a build of an exercise folder: cmake/lab.cmake runs in a project named
+// flashladder_lab_NN, which CMake records in the build's CMakeCache.txt.
+bool is_lab_build(const fs::path& build) {
+  std::ifstream f(build / "CMakeCache.txt");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("CMAKE_PROJECT_NAME:STATIC=flashladder_lab_", 0) == 0) return true;
+  return false;
+}
+
 std::string cmake_quote(const std::string& s) { return "\"" + std::regex_replace(s, std::regex(R"(["\\$])"), R"(\$&)") + "\""; }
 std::string sh_quote(const std::string& s) { return "'" + std::regex_replace(s, std::regex("'"), R"('\'')") + "'"; }
 
@@ -234,10 +243,19 @@ int lab_new(const std::string& step, const std::string& dir_s, bool solution, co
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
     throw Error(dir.string() + " exists and is not a folder; name a new folder for the exercise");
   if (fs::exists(dir, ec) && !fs::is_empty(dir, ec) && !force)
-    throw Error(dir.string() + " exists and is not empty; choose a new folder (or --force to overwrite its files)");
+    throw Error(dir.string() + " exists and is not empty; choose a new folder (or --force to overwrite the exercise's "
+                "files and remove its lab build, build/)");
+  // A stale build of another step must not be reused, so --force removes DIR/build; but only a lab
+  // build: a build/ of anything else (it removed a user's files) is refused, before a file is written.
+  const fs::path build = dir / "build";
+  const bool stale_build = fs::exists(build, ec) && !(fs::is_directory(build, ec) && fs::is_empty(build, ec));
+  if (stale_build && !is_lab_build(build))
+    throw Error(build.string() + " is not a lab build (no CMakeCache.txt of a flashladder_lab project): --force removes "
+                "only the build 'flashladder lab check' made; move it away or choose a new folder");
   fs::create_directories(dir, ec);
   if (ec) throw Error("cannot make the folder " + dir.string() + ": " + ec.message());
-  fs::remove_all(dir / "build");  // a stale build of another step must not be reused
+  if (stale_build && (fs::remove_all(build, ec), ec))
+    throw Error("cannot remove the old lab build " + build.string() + ": " + ec.message());
   write_text(dir / src.filename(), text);
 
   // README: the exercise (docs/lab/NN.md: what to write, which lines, what speed to expect and why),

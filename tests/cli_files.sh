@@ -23,5 +23,15 @@ expect 0 "oracle check: PASS" "$F" oracle check --golden "$T/gx" --candidate "$T
 mkdir -p "$T/cs" && cp "$T/gx/dq.npy" "$T/gx/dk.npy" "$T/gx/dv.npy" "$T/cs/" || exit 1
 expect 2 "cs holds dq.npy, dk.npy, dv.npy from an earlier run" "$F" run --step 01 --in "$T/gx" --out "$T/cs"
 [ -e "$T/cs/o.npy" ] && { echo "FAILED: run wrote $T/cs/o.npy beside the stale gradients"; fail=1; }
+# lab new --force removed DIR/build whatever it held: only a lab build (its CMakeCache.txt names a
+# flashladder_lab_ project, as cmake/lab.cmake's project() writes it) is removed; anything else there
+# is refused, and nothing is written.
+mkdir -p "$T/proj/build/important" && echo data > "$T/proj/build/important/file" || exit 1
+expect 2 "proj/build is not a lab build" "$F" lab new 02 "$T/proj" --force
+[ -f "$T/proj/build/important/file" ] || { echo "FAILED: lab new --force removed $T/proj/build"; fail=1; }
+[ -e "$T/proj/attention.cpp" ] && { echo "FAILED: lab new --force wrote into $T/proj before refusing"; fail=1; }
+mkdir -p "$T/ex/build/CMakeFiles" && echo "CMAKE_PROJECT_NAME:STATIC=flashladder_lab_05" > "$T/ex/build/CMakeCache.txt" || exit 1
+expect 0 "wrote .*ex: attention.cpp" "$F" lab new 02 "$T/ex" --force
+[ -e "$T/ex/build" ] && { echo "FAILED: lab new --force kept the old lab build $T/ex/build"; fail=1; }
 [ $fail -eq 0 ] && echo "every case named its problem and left its files as they should be"
 exit $fail
