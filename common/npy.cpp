@@ -7,6 +7,7 @@
 // against the end of the header, and the header against the end of the buffer.
 #include "common/npy.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -53,6 +54,9 @@ namespace {
 constexpr uint8_t kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 constexpr size_t kMaxDims = 32;                   // numpy's NPY_MAXDIMS before 2.0
 constexpr int64_t kMaxBytes = int64_t(1) << 40;  // 1 TiB: any real tensor fits; products stay in int64
+// A header of these three keys is under 600 bytes (32 dimensions of 2^40); numpy's np.load refuses a
+// longer one than this by default (max_header_size). Bounds what read() takes before judging it.
+constexpr size_t kMaxHeader = 10000;
 
 [[noreturn]] void fail(const std::string& name, const std::string& what) { throw Error(name + ": " + what); }
 
@@ -150,22 +154,36 @@ Kind kind_of(const std::string& d, const std::string& name) {
   fail(name, "dtype '" + d + "' is not read: only '<f2', '<f4', '<f8' and '<u2' (bf16 bits) are");
 }
 
-Header parse_header(const uint8_t* bytes, size_t size, const std::string& name) {
+// The preamble (magic, version, header length), judged against size, the length of the whole file:
+// returns the offset of the data, the end of the header. Reads only bytes [0, min(size, 12)), so a
+// file is judged by its first 12 bytes before any more of it is read.
+size_t preamble(const uint8_t* bytes, size_t size, const std::string& name, int* version) {
   if (size < sizeof kMagic || std::memcmp(bytes, kMagic, sizeof kMagic) != 0)
     fail(name, "not a .npy file: it does not start with the magic \\x93NUMPY");
   if (size < 8) fail(name, "truncated preamble: " + std::to_string(size) + " bytes, no version");
-  Header h;
-  h.version = bytes[6];
-  if (!((h.version == 1 || h.version == 2 || h.version == 3) && bytes[7] == 0))
+  *version = bytes[6];
+  if (!((*version == 1 || *version == 2 || *version == 3) && bytes[7] == 0))
     fail(name, "unsupported .npy version " + std::to_string(bytes[6]) + "." + std::to_string(bytes[7]) +
                    "; versions 1.0, 2.0 and 3.0 are read");
-  const size_t pre = h.version == 1 ? 10 : 12;
+  const size_t pre = *version == 1 ? 10 : 12;
   if (size < pre) fail(name, "truncated preamble: " + std::to_string(size) + " bytes, no header length");
   size_t hlen = size_t(bytes[8]) | size_t(bytes[9]) << 8;
-  if (h.version != 1) hlen |= size_t(bytes[10]) << 16 | size_t(bytes[11]) << 24;
+  if (*version != 1) hlen |= size_t(bytes[10]) << 16 | size_t(bytes[11]) << 24;
   if (hlen > size - pre)
     fail(name, "the header length field says " + std::to_string(hlen) + " bytes but only " +
                    std::to_string(size - pre) + " follow the preamble");
+  if (hlen > kMaxHeader)
+    fail(name, "the header length field says " + std::to_string(hlen) + " bytes, more than the " +
+                   std::to_string(kMaxHeader) + " read (numpy's np.load reads no more by default)");
+  return pre + hlen;
+}
+
+// The header of a file of `size` bytes; bytes holds at least its preamble and header (the data
+// need not be there: only its length, size minus the header's end, is judged).
+Header parse_header(const uint8_t* bytes, size_t size, const std::string& name) {
+  Header h;
+  const size_t end = preamble(bytes, size, name, &h.version);
+  const size_t pre = h.version == 1 ? 10 : 12, hlen = end - pre;
   const char* text = reinterpret_cast<const char*>(bytes + pre);
   // Every byte ASCII and printable (version 3.0 allows UTF-8, but these three keys never need it),
   // and the header ends with '\n' as numpy writes it: a length field that cuts it short shows here.
@@ -223,13 +241,16 @@ Header parse_header(const uint8_t* bytes, size_t size, const std::string& name) 
       bytes_needed *= x;
   h.data_offset = pre + hlen;
   const size_t have = size - h.data_offset;
+  const std::string sizes = "the file is " + std::to_string(size) + " bytes; its header describes " +
+                            std::to_string(h.data_offset + size_t(bytes_needed));
   if (have < size_t(bytes_needed))
     fail(name, "truncated data: shape " + shape_text(h.shape) + " of " + dtype + " needs " +
-                   std::to_string(bytes_needed) + " bytes but " + std::to_string(have) + " follow the header");
+                   std::to_string(bytes_needed) + " bytes but " + std::to_string(have) + " follow the header (" +
+                   sizes + ")");
   if (have > size_t(bytes_needed))
     fail(name, std::to_string(have - size_t(bytes_needed)) + " bytes follow the data that shape " +
                    shape_text(h.shape) + " of " + dtype + " describes (" + std::to_string(bytes_needed) +
-                   " bytes): the header does not describe this file");
+                   " bytes): " + sizes + "; the header does not describe this file");
   h.data_bytes = size_t(bytes_needed);
   return h;
 }
@@ -256,21 +277,29 @@ Array read(const std::string& path) {
   if (size > uintmax_t(kMaxBytes)) fail(path, "larger than the 2^40-byte limit");
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(path, "cannot be opened for reading");
+  // Preamble, header, then data, each judged before the next is read: the whole file used to be read
+  // first, so an 8 GiB file of zeros took 6 s and 8.5 GB to be refused for its first byte.
+  auto read_to = [&](std::vector<uint8_t>& buf, size_t n) {  // buf grown to n bytes (kept when longer)
+    const size_t from = buf.size();
+    if (n <= from) return;
+    try {
+      buf.resize(n);
+    } catch (const std::bad_alloc&) {
+      fail(path, "too large to hold in memory (" + std::to_string(n) + " bytes)");
+    }
+    f.read(reinterpret_cast<char*>(buf.data() + from), std::streamsize(n - from));
+    if (size_t(f.gcount()) != n - from) fail(path, "short read: the file changed while being read");
+  };
   std::vector<uint8_t> buf;
-  try {
-    buf.resize(size_t(size));
-  } catch (const std::bad_alloc&) {
-    fail(path, "too large to hold in memory (" + std::to_string(size) + " bytes)");
-  }
-  f.read(reinterpret_cast<char*>(buf.data()), std::streamsize(size));
-  if (size_t(f.gcount()) != buf.size()) fail(path, "short read: the file changed while being read");
-  Header h = parse_header(buf.data(), buf.size(), path);
+  read_to(buf, size_t(std::min<uintmax_t>(size, 12)));
+  int version;
+  read_to(buf, preamble(buf.data(), size_t(size), path, &version));
+  Header h = parse_header(buf.data(), size_t(size), path);  // the data's length against the file's
   Array a;
   a.kind = h.kind;
   a.shape = std::move(h.shape);
   a.version = h.version;
-  buf.erase(buf.begin(), buf.begin() + std::ptrdiff_t(h.data_offset));  // keep one copy of the data
-  a.data = std::move(buf);
+  read_to(a.data, h.data_bytes);
   return a;
 }
 

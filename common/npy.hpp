@@ -35,7 +35,8 @@ struct Array {
 /// Parses a whole .npy file held in [bytes, bytes + size). `name` (the path) prefixes every error.
 Array parse(const uint8_t* bytes, size_t size, const std::string& name);
 
-/// Reads and parses a file; refuses a missing, unreadable or non-regular file.
+/// Reads and parses a file; refuses a missing, unreadable or non-regular file. The preamble and
+/// header are read and judged first (the data's length against the file's size), the data last.
 Array read(const std::string& path);
 
 /// read(), then refuses an element type or shape other than the caller's, naming both.

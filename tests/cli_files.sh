@@ -33,5 +33,15 @@ expect 2 "proj/build is not a lab build" "$F" lab new 02 "$T/proj" --force
 mkdir -p "$T/ex/build/CMakeFiles" && echo "CMAKE_PROJECT_NAME:STATIC=flashladder_lab_05" > "$T/ex/build/CMakeCache.txt" || exit 1
 expect 0 "wrote .*ex: attention.cpp" "$F" lab new 02 "$T/ex" --force
 [ -e "$T/ex/build" ] && { echo "FAILED: lab new --force kept the old lab build $T/ex/build"; fail=1; }
+# A .npy file was read whole before its first bytes were looked at: an 8 GiB o.npy of zeros (sparse)
+# was refused after 6 s and 8.5 GB. Under a 1 GiB address-space cap it is refused for what its first
+# bytes say, and one with a real header for the size it has beyond the data that header describes.
+mkdir -p "$T/cbig" && truncate -s 8G "$T/cbig/o.npy" || exit 1
+capped='ulimit -v 1048576 && exec "$0" "$@"'
+expect 2 "cbig/o.npy: not a .npy file" sh -c "$capped" "$F" oracle check --golden "$T/gx" --candidate "$T/cbig"
+cp "$T/gx/o.npy" "$T/cbig/o.npy" && truncate -s 8G "$T/cbig/o.npy" || exit 1
+expect 2 "cbig/o.npy: [0-9]+ bytes follow the data .*: the file is 8589934592 bytes; its header describes 384" \
+  sh -c "$capped" "$F" oracle check --golden "$T/gx" --candidate "$T/cbig"
+rm -rf "$T/cbig"
 [ $fail -eq 0 ] && echo "every case named its problem and left its files as they should be"
 exit $fail

@@ -162,6 +162,10 @@ TEST(Npy, RefusesALyingHeaderLength) {
   refused(raw(h, 8, 2, 0, int64_t(1) << 31), "the header length field says");
   // Shorter than the dict: the '\n' that ends the header is not where the field says.
   refused(raw(h, 8, 1, 0, int64_t(h.size()) - 5), "not terminated by '\\n'");
+  // Longer than numpy reads by default (max_header_size): refused by its length field, unread.
+  std::string padded = h;
+  padded.insert(padded.size() - 1, 20000, ' ');
+  refused(raw(padded, 8, 2), "the header length field says 20058 bytes, more than the 10000 read");
 }
 
 TEST(Npy, RefusesBadHeaderText) {
@@ -215,6 +219,44 @@ TEST(Npy, RefusesTruncatedOrTrailingData) {
   refused(raw(dict("<f8", "False", "(2, 3)"), 47), "truncated data: shape (2, 3) of <f8 needs 48 bytes but 47 follow");
   refused(raw(dict("<f2", "False", "(4,)"), 0), "truncated data");
   refused(raw(dict("<f4", "False", "(2,)"), 12), "4 bytes follow the data");
+  // Both sizes named: the file's, and the one its header describes.
+  refused(raw(dict("<f4", "False", "(2,)"), 12), "the file is 80 bytes; its header describes 76");
+  refused(raw(dict("<f8", "False", "(2, 3)"), 47), "the file is 117 bytes; its header describes 118");
+}
+
+// read() loaded the whole file before it looked at the first byte: an 8 GiB o.npy of zeros was
+// refused as "not a .npy file" after 6 s and 8.5 GB of memory. The header is read and judged against
+// the file's size first. Files of 2^40 bytes (the limit; sparse, nothing is on disk) cannot be held
+// in memory, so each is refused for what its first bytes say or not at all.
+TEST(Npy, ReadJudgesTheHeaderBeforeTheData) {
+  const fs::path dir = fs::temp_directory_path() / ("fl_npy_big_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  auto refused_file = [&](const std::vector<uint8_t>& head, const std::string& what) {
+    const fs::path path = dir / "big.npy";
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(head.data()), std::streamsize(head.size()));
+    std::error_code ec;
+    fs::resize_file(path, uintmax_t(1) << 40, ec);
+    if (ec) GTEST_SKIP() << "this file system holds no sparse file of 2^40 bytes: " << ec.message();
+    try {
+      npy::read(path.string());
+      ADD_FAILURE() << "read a 2^40-byte file; wanted: " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  // A header that ends within the first 12 bytes read (a 1-byte header, 1 byte of data).
+  const std::vector<uint8_t> tiny = raw("\n", 1);
+  std::ofstream(dir / "tiny.npy", std::ios::binary).write(reinterpret_cast<const char*>(tiny.data()), std::streamsize(tiny.size()));
+  try {
+    npy::read((dir / "tiny.npy").string());
+    ADD_FAILURE() << "read a 1-byte header";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("malformed header dict at offset 0: expected '{'"), std::string::npos) << e.what();
+  }
+  refused_file({0, 0, 0, 0}, "not a .npy file: it does not start with the magic");
+  refused_file(raw(dict("<f8", "False", "(2,)"), 16),
+               "bytes follow the data that shape (2,) of <f8 describes (16 bytes): the file is 1099511627776 bytes");
+  fs::remove_all(dir);
 }
 
 TEST(Npy, WriterRefusesInconsistentArrays) {
