@@ -181,6 +181,7 @@ fl_cli_exit(bench_sweep_cpu_step 2 "--sweep-steps 02_cpu_online_softmax runs on 
 # --- flashladder diff removes its temporary folder on every path out, a failed copy included ---------
 add_test(NAME cli.diff_temp_folder COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/diff_temp_folder.sh $<TARGET_FILE:flashladder>
          ${CMAKE_CURRENT_BINARY_DIR}/diff_temp_folder)
+
 # The audit of the program's files (a failed generate, run's stale outputs, lab new --force, .npy
 # files larger than their header says): a script, since each case leaves files to look at.
 add_test(NAME cli.files COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli_files.sh $<TARGET_FILE:flashladder>
