@@ -140,7 +140,9 @@ int main(int argc, char** argv) {
   lab_new_c->add_option("--mutate", lab_mutation,
                         "Hand out the solution with a known mistake applied (a tests/lab/*.txt fixture; for instructors)")
       ->check([](const std::string& f) { return f.empty() ? std::string("an empty value is not allowed: name a fixture") : ""; });
-  lab_new_c->add_flag("--force", lab_force, "Write into a folder that is not empty: overwrite the exercise's files, and remove DIR/build if it is a lab build (any other build/ is refused)");
+  lab_new_c->add_flag("--force", lab_force,
+                      "Write into a folder that is not empty: overwrite the exercise's files, and remove DIR/build "
+                      "if it is a lab build (any other build/ is refused)");
   std::string lab_check_dir;
   CLI::App* lab_check_c = lab->add_subcommand(
       "check", "Build the folder's source in place of the step and run the step's suite (exit 0 pass, 1 fail, 77 needs a GPU)");
