@@ -4,14 +4,7 @@
 # left on disk afterwards. CPU only: every case runs without a GPU.
 F=$1; T=$2
 rm -rf "$T" && mkdir -p "$T" || exit 1
-fail=0
-expect() {  # expect RC REGEX COMMAND...: the command exits RC and prints REGEX (stdout or stderr)
-  want=$1; re=$2; shift 2
-  out=$(timeout 60 "$@" 2>&1); rc=$?
-  if [ $rc -ne "$want" ] || ! printf '%s' "$out" | grep -Eq -- "$re"; then
-    echo "FAILED: $* -> exit $rc (wanted $want and /$re/): $out" | head -c 600; echo; fail=1
-  fi
-}
+. "$(dirname "$0")/cli_expect.sh"  # fail=0; expect RC REGEX COMMAND...
 # A generate refused for its tolerance had replaced the inputs of the set in --out under the old
 # manifest and answers, and a correct step then failed its check.
 "$F" oracle generate -B 1 -H 1 -N 8 -d 4 --out "$T/gx" > /dev/null || { echo "oracle generate failed"; exit 1; }

@@ -4,14 +4,7 @@
 # and a message (no GPU needed: every refusal comes before one is asked for).
 F=$1; L=$2; SRC=$3; T=$4; RL=$5
 rm -rf "$T" && mkdir -p "$T" || exit 1
-fail=0
-expect() {  # expect RC REGEX COMMAND...: the command exits RC and prints REGEX (stdout or stderr)
-  want=$1; re=$2; shift 2
-  out=$(timeout 60 "$@" 2>&1); rc=$?
-  if [ $rc -ne "$want" ] || ! printf '%s' "$out" | grep -Eq -- "$re"; then
-    echo "FAILED: $* -> exit $rc (wanted $want and /$re/): $out" | head -c 600; echo; fail=1
-  fi
-}
+. "$(dirname "$0")/cli_expect.sh"  # fail=0; expect RC REGEX COMMAND...
 # lab check judged the archive's step 01 (PASS) for a folder whose CMakeLists.txt was edited to name it.
 "$F" lab new 02 "$T/ex" > /dev/null || { echo "lab new 02 failed"; exit 1; }
 sed 's/FLASHLADDER_LAB_STEP 02/FLASHLADDER_LAB_STEP 01/' "$T/ex/CMakeLists.txt" > "$T/cml" && mv "$T/cml" "$T/ex/CMakeLists.txt"
