@@ -43,7 +43,9 @@ def load(path):
     out = []
     for where, r in flr.read_jsonl(path, refuse):
         need = ["impl", "pass"]
-        if isinstance(r.get("pass"), str) and r["pass"] != "copy":
+        if isinstance(r.get("pass"), str) and r["pass"] == "empty":  # an empty call: its time alone
+            need.append("median_ms")
+        elif isinstance(r.get("pass"), str) and r["pass"] != "copy":
             # An attention record, or a read of its K and V (pass read): the problem and its time; a
             # forward or backward needs its rate too (one without was dropped from the tables unsaid).
             need += ["dtype", "causal", "d", "B", "H", "H_kv", "Nq", "Nk", "median_ms"]
@@ -239,12 +241,27 @@ def decode_table(records, ours=None):
             return ""
         return f" (a kernel that only reads the same bytes: {rd['median_ms'] * 1e3:.1f} µs, " \
                f"{decode_kv(rd) / bw:.0%} of the copy)"
+    # An empty call timed the same way (compare_torch's empty_call record): no call takes less, so the 85%
+    # line's time less the empty call's is what is left for the bytes, at a rate no kernel may need above
+    # the copy's own (the copy counts read + write; a read-only kernel has not beaten it at these sizes).
+    empty = [r for r in records if r.get("impl") == "empty_call" and r.get("median_ms")]
+    empty_us = empty[-1]["median_ms"] * 1e3 if empty else None
+
+    def empty_text(c):
+        if empty_us is None:
+            return ""
+        left = c / 0.85 - empty_us  # µs for the bytes within the line, after the empty call's share
+        if left <= 0:
+            return f"; an empty call ({empty_us:.1f} µs) takes all of the line's {c / 0.85:.1f} µs"
+        return f"; after an empty call's {empty_us:.1f} µs, the line leaves the bytes {left:.1f} µs: {c / left:.2f}× the copy's rate"
     under = [e for e in excess if e[1] / (e[1] + e[0]) < 0.85]
     if under:
         lines.append(f"\nUnder 85% of the copy at Nk ≥ 8192, step {n}'s time over the copy's time for the same bytes, "
                      "against the 0.176 × the copy's time that 85% allows: "
                      + "; ".join(f"B {k[3]}, H_kv {k[5]}, Nq {k[6]}, Nk {k[7]}: {e:.1f} µs over, {0.176 * c:.1f} allowed"
-                                 + read_text(k) for e, c, k in under) + ".")
+                                 + read_text(k) + empty_text(c) for e, c, k in under) + ".")
+    if empty_us is not None:
+        lines.append(f"\nAn empty call (a kernel of one clock, timed as the calls are): {empty_us:.1f} µs.")
     if reads and bw:
         # The bytes of a point are read once per (B, H_kv, Nk): the read-only kernel's records, once each.
         seen = sorted({(k[3], k[5], k[7]): read_of(k) for k in barred if read_of(k)}.items())

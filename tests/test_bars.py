@@ -145,6 +145,23 @@ class Bars(unittest.TestCase):
         self.assertEqual(table(decode_bars(recs)), table(out))
         self.assertNotIn("read-only kernel", decode_bars(recs))
 
+    def test_decode_empty_call_beside_the_copy_bar(self):
+        # compare_torch's empty_call record: a call of one clock took 2.7 µs. At B 1, H_kv 8, Nk 8192 the
+        # copy's time is 33554432 / 3e12 = 11.18 µs and the 85% line 13.16 µs: 10.46 µs are left for the
+        # bytes, a rate 11.18 / 10.46 = 1.07× the copy's. An empty call longer than the line takes it all.
+        recs = two_decode_points()
+        empty = {"impl": "empty_call", "pass": "empty", "median_ms": 0.0027, "device": "made-up GPU"}
+        out = decode_bars(recs + [empty])
+        self.assertIn("B 1, H_kv 8, Nq 1, Nk 8192: 10.8 µs over, 2.0 allowed; after an empty call's 2.7 µs, the line "
+                      "leaves the bytes 10.5 µs: 1.07× the copy's rate.", out)
+        self.assertIn("An empty call (a kernel of one clock, timed as the calls are): 2.7 µs.", out)
+        out = decode_bars(recs + [dict(empty, median_ms=0.014)])
+        self.assertIn("; an empty call (14.0 µs) takes all of the line's 13.2 µs.", out)
+        # Without the record nothing is said of it; the table is the same either way.
+        self.assertNotIn("empty call", decode_bars(recs))
+        table = lambda text: text.split("made-up GPU", 1)[1].split("\nUnder 85%")[0]
+        self.assertEqual(table(decode_bars(recs)), table(out))
+
 
 class DecodeRepetitions(unittest.TestCase):
     def test_met_in_k_of_n(self):
@@ -232,6 +249,10 @@ class BadRecords(unittest.TestCase):
         recs = two_decode_points()
         del recs[0]["bytes_per_s"]
         self.assertIn("bad.jsonl:1: bytes_per_s is null or missing", self.refused("--decode", recs))
+
+    def test_an_empty_call_without_its_time_is_refused(self):
+        recs = two_decode_points() + [{"impl": "empty_call", "pass": "empty", "device": "made-up GPU"}]
+        self.assertIn("bad.jsonl:8: median_ms is null or missing", self.refused("--decode", recs))
 
     def test_a_wrong_torch_field_is_refused(self):
         good = rec("08k_persistent", "fwd", 2048, 500.0)
