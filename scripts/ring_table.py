@@ -250,13 +250,21 @@ def scaling(recs: list[dict]) -> list[str]:
                 rates.setdefault(b, []).append(b / (x * 1e-3))
     ones = [r for r in recs if r["gpus"] == 1 and not r["causal"]]
     shapes = {(r["H"], r["H_kv"]) for r in recs}
-    if not rates or not ones or len(shapes) != 1:
+    if not rates:  # no 2-GPU record measured the link beside a pair: nothing to compute from
         return []
+    # The link was measured, but F is not in these records: say so instead of leaving the section out.
+    left_out = lambda why: ["", f"**How far this link hides the transfer**: not computed: {why}."]
+    if len(shapes) != 1:
+        return left_out("the records hold " + ", ".join(f"H {h}, H_kv {k}" for h, k in sorted(shapes))
+                        + ", and the sum needs one (H, H_kv)")
+    if not ones:
+        return left_out("no non-causal 1-GPU record gives F, the local step's rate")
     (h, hkv), = shapes
     n1 = max(r["Nq"] for r in ones)
     rate = {r["pass"]: r for r in ones if r["Nq"] == n1 and number(r.get("tflops"))}
     if set(rate) != {"fwd", "bwd"}:
-        return []
+        lacking = " and ".join({"fwd": "forward", "bwd": "backward"}[p] for p in ("fwd", "bwd") if p not in rate)
+        return left_out(f"no non-causal 1-GPU {lacking} record at N = {n1} with its TFLOP/s gives F")
     big = max(rates)
     w = statistics.median(rates[big])
     f_f, f_b = rate["fwd"]["tflops"] * 1e12, rate["bwd"]["tflops"] * 1e12

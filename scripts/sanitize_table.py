@@ -23,6 +23,10 @@ worst of their outcomes.
 Errors are attributed to a step by the kernel they name (namespace fl::sNN, or a path steps/NN_name/);
 in a run of one step, to that step. What cannot be attributed is reported as such, never dropped:
 a count from the tool's ERROR SUMMARY beyond the records it printed (its print limit) included.
+
+Exit status: 0 once the table is written, whatever it shows (a formatter: tools/device-run judges each
+run by compute-sanitizer's own exit code, --error-exitcode, and fails the call on any); 2 when the log
+cannot be read, holds no runs, or a file cannot be written.
 """
 from __future__ import annotations
 

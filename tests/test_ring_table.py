@@ -100,6 +100,18 @@ class RingTable(RecordsScriptCase):
         # Without the bytes of a step there is no W, and no such table.
         out = self.run_script(self.write("g.jsonl", GOOD))
         self.assertNotIn("How far this link hides", out.stdout)
+        # With W but no F (a 1-GPU record without its TFLOP/s, or none), the section says what is missing.
+        no_rate = [{k: v for k, v in recs[0].items() if k != "tflops"}] + recs[1:]
+        out = self.run_script(self.write("f.jsonl", no_rate))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("**How far this link hides the transfer**: not computed: no non-causal 1-GPU forward record "
+                      "at N = 4096 with its TFLOP/s gives F.", out.stdout)
+        out = self.run_script(self.write("o.jsonl", recs[2:]))
+        self.assertIn("not computed: no non-causal 1-GPU record gives F, the local step's rate.", out.stdout)
+        two = recs + [rec("fwd", 4096, False, 1, "contiguous", 10.0, tflops=600.0, H_kv=4)]
+        out = self.run_script(self.write("h.jsonl", two))
+        self.assertIn("not computed: the records hold H 16, H_kv 4, H 16, H_kv 16, and the sum needs one (H, H_kv).",
+                      out.stdout)
 
     def test_named_rows_own_keys_last(self):
         # A causal zigzag backward on 2 GPUs in the order "own keys last": part A (two pairs) beside the
