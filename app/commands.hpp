@@ -107,9 +107,10 @@ int run_on_files(const std::string& step, const std::string& in_dir, const std::
 int lab_new(const std::string& step, const std::string& dir, bool solution, const std::string& mutation, bool force);
 int lab_check(const std::string& dir);
 /// A step's source without its lab marks (every line whose first non-blank text is "// LAB:"): what
-/// `flashladder diff` shows. strip_lab_marks works on text; lab_stripped_copy writes a temporary file.
+/// `flashladder diff` shows. strip_lab_marks works on text; lab_stripped_copy writes it into the folder
+/// `dir` (created; the caller owns it and removes it) as FOLDER_FILE, and returns that file's path.
 std::string strip_lab_marks(const std::string& text);
-std::string lab_stripped_copy(const std::string& source);
+std::string lab_stripped_copy(const std::string& source, const std::string& dir);
 
 /// The cuBLAS baselines (GEMM rate and standard attention); in builds without CUDA these throw.
 struct GemmResult { double tflops; Stats t; int n; };

@@ -210,10 +210,9 @@ std::string strip_lab_marks(const std::string& text) {
   return out;
 }
 
-std::string lab_stripped_copy(const std::string& source) {
-  const fs::path dir = fs::temp_directory_path() / ("flashladder-diff-" + std::to_string(::getpid()));
+std::string lab_stripped_copy(const std::string& source, const std::string& dir) {
   fs::create_directories(dir);
-  const fs::path p = dir / (fs::path(source).parent_path().filename().string() + "_" + fs::path(source).filename().string());
+  const fs::path p = fs::path(dir) / (fs::path(source).parent_path().filename().string() + "_" + fs::path(source).filename().string());
   write_text(p, strip_lab_marks(read_text(source)));
   return p.string();
 }

@@ -14,7 +14,7 @@
 #include <tuple>
 
 #include <sys/wait.h>  // WIFEXITED: the status std::system returns
-#include <unistd.h>    // getpid: the name of lab_stripped_copy's folder
+#include <unistd.h>    // getpid: the name of the lab copies' folder
 
 #include "app/record.hpp"
 #include "reference/verify.hpp"
@@ -543,7 +543,7 @@ int show_diff(const std::string& name) {
                 " (install the program with 'cmake --install', which installs them, or run it from its build tree)");
   };
   // The lab marks (// LAB:…, app/lab_cmd.cpp) are not part of a step's idea: diffed without them.
-  // The copies' folder (lab_stripped_copy's, TMPDIR/flashladder-diff-PID) goes on every path out: it was
+  // The copies' folder (TMPDIR/flashladder-diff-PID, named here only) goes on every path out: it was
   // removed only after diff ran, so a copy that could not be written (a full disk) left it behind.
   struct RemoveCopies {
     fs::path dir;
@@ -554,11 +554,16 @@ int show_diff(const std::string& name) {
   } copies;
   std::error_code tmp_ec;
   const fs::path tmp = fs::temp_directory_path(tmp_ec);
-  if (!tmp_ec) copies.dir = tmp / ("flashladder-diff-" + std::to_string(::getpid()));
-  const std::string b = lab_stripped_copy(source(*s).string());
+  if (tmp_ec) {
+    const char* env = std::getenv("TMPDIR");
+    throw Error("flashladder diff writes the two sources without their lab marks to a temporary folder, and there is "
+                "none: " + (env ? "TMPDIR = '" + std::string(env) + "'" : std::string("/tmp")) + " (" + tmp_ec.message() + ")");
+  }
+  copies.dir = tmp / ("flashladder-diff-" + std::to_string(::getpid()));
+  const std::string b = lab_stripped_copy(source(*s).string(), copies.dir.string());
   // A step that adds the backward and runs its base's forward (09 on 08d) is its backward alone:
   // shown whole, as new lines.
-  const std::string a = s->diff_whole() ? std::string("/dev/null") : lab_stripped_copy(source(*base).string());
+  const std::string a = s->diff_whole() ? std::string("/dev/null") : lab_stripped_copy(source(*base).string(), copies.dir.string());
   const std::string a_name = s->diff_whole() ? std::string("/dev/null") : source(*base).string();
   const std::string cmd = "diff -u --label '" + a_name + "' --label '" + source(*s).string() + "' '" + a + "' '" + b + "'";
   std::cout << "# " << s->folder << " against " << base->folder

@@ -22,5 +22,10 @@ run() {
 run shown 0 "05_fa2_lse against 04_fa1_tiling"
 run first_copy_fails 2 "cannot write .*05_fa2_lse_attention.cu" 05_fa2_lse_attention.cu
 run second_copy_fails 2 "cannot write .*04_fa1_tiling_attention.cu" 04_fa1_tiling_attention.cu
+# A TMPDIR that does not exist: refused naming it (it was C++'s "filesystem error: temp_directory_path").
+out=$(TMPDIR="$T/none" timeout 60 "$F" diff 05 2>&1); rc=$?
+if [ $rc -ne 2 ] || ! printf '%s' "$out" | grep -q "to a temporary folder, and there is none: TMPDIR = '$T/none'"; then
+  echo "FAILED (no_tmpdir): diff 05 -> exit $rc (wanted 2, naming TMPDIR): $out" | head -c 600; echo; fail=1
+fi
 [ $fail -eq 0 ] && echo "diff left no temporary folder behind"
 exit $fail
