@@ -75,6 +75,7 @@ struct LadderOptions {
   bool backward = false;
   bool no_check = false;
   bool require_gpu = false;
+  bool decode = false;              // the decode row after the table (app/flashladder.cpp decides the default)
   TimeOptions time;
 };
 

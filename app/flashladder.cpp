@@ -15,6 +15,7 @@
 // Exit status: 0 all good; 1 a check failed (or a step hit an error, or no step ran); 2 bad input
 // (named in the message). A GPU step that cannot run here ("not run: no GPU") is not a failure
 // unless --require-gpu or FLASHLADDER_REQUIRE_GPU=1 says a GPU is required.
+#include <algorithm>
 #include <iostream>
 #include <new>
 
@@ -50,11 +51,21 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
 
   LadderOptions lad;
+  // The decode row follows the table of a run given no problem option and no --sweep (tools/ladder's
+  // default run: why steps 10 and 10b exist); --decode adds it to any run, --no-decode leaves it out.
+  std::vector<const CLI::Option*> problem_opts;
+  CLI::Option *decode_on = nullptr, *decode_off = nullptr;
   auto add_ladder_options = [&](CLI::App& a) {
+    const size_t before = a.get_options().size();
     lad.prob.add_to(a);
+    const std::vector<CLI::Option*> all = a.get_options();  // in the order added: the problem's last
+    problem_opts.assign(all.begin() + std::ptrdiff_t(before), all.end());
     a.add_option("--steps", lad.steps, "Comma-separated steps to run (number, folder or name); default: all");
-    a.add_option("--sweep", lad.sweep, "Sweep sequence lengths: run the ladder at each N (Nq = Nk = N)")
-        ->delimiter(',');
+    problem_opts.push_back(a.add_option("--sweep", lad.sweep, "Sweep sequence lengths: run the ladder at each N (Nq = Nk = N)")
+        ->delimiter(','));
+    decode_on = a.add_flag("--decode", "Also run the decode row: B 1, H 32, H_kv 8, Nq 1, Nk 32768, d 128, fp16, in K+V "
+                                       "bytes per second (default: only when no problem option and no --sweep is given)");
+    decode_off = a.add_flag("--no-decode", "Leave the decode row out of a run without problem options")->excludes(decode_on);
     a.add_option("--json", lad.json, "Write one JSON record per timed row to this file (JSON lines)");
     a.add_flag("--backward", lad.backward, "Also time the backward of steps that have one");
     a.add_flag("--no-check", lad.no_check, "Skip the oracle check (for problems too large for the CPU oracle)");
@@ -184,6 +195,9 @@ int main(int argc, char** argv) {
         }
         return run_bench(bench_o);
       }
+      lad.decode = decode_on->count() > 0 ||
+                   (decode_off->count() == 0 &&
+                    std::none_of(problem_opts.begin(), problem_opts.end(), [](const CLI::Option* o) { return o->count() > 0; }));
       return run_ladder(lad);
     } catch (const fl::Error& e) {
       std::cerr << "flashladder: error: " << e.what() << "\n";

@@ -312,13 +312,32 @@ double eigen_gemm_gflops(int n, const TimeOptions& opt, Stats* st) {
 struct Row {
   std::string step, change, dtype, status;
   double ms = NAN, tflops = NAN, ceiling_frac = NAN, speedup = NAN, max_err = NAN, tol_used = NAN;
+  double kv_bytes_per_s = NAN;  // the decode row's measure: K+V bytes over the median time
   size_t extra = 0;
   bool ran = false, checked = false, pass = true;
 };
 
-void print_table(const std::vector<Row>& rows) {
+// The default run's decode row (issue 17): one query row per head against a 32768-key cache, B 1, H 32,
+// H_kv 8, d 128, fp16 — issue 17's sweep point where a prefill grid is smallest (B·H = 32 blocks), 128 MiB
+// of K and V: small enough for the CPU oracle and a CPU-only machine's two CPU rows (~40 ms each).
+Problem decode_problem() {
+  Problem p;
+  p.B = 1;
+  p.H = 32;
+  p.H_kv = 8;
+  p.Nq = 1;
+  p.Nk = 32768;
+  p.d = 128;
+  p.dtype = DType::f16;
+  return p;
+}
+
+// decode: the decode row's table, where K+V bytes per second stand in for the share of the GEMM ceiling
+// (a call that does ~1 multiply-add per byte of K and V is measured by how fast it reads them).
+void print_table(const std::vector<Row>& rows, bool decode = false) {
   std::cout << std::left << std::setw(24) << "step" << std::right << std::setw(6) << "type" << std::setw(11)
-            << "median ms" << std::setw(10) << "TFLOP/s" << std::setw(9) << "%ceil" << std::setw(9) << "speedup"
+            << "median ms" << std::setw(10) << "TFLOP/s" << std::setw(9) << (decode ? "K+V TB/s" : "%ceil")
+            << std::setw(9) << "speedup"
             << std::setw(12) << "extra mem" << std::setw(11) << "max err" << std::setw(9) << "tol used"
             << "  the one idea\n";
   for (const Row& r : rows) {
@@ -328,7 +347,9 @@ void print_table(const std::vector<Row>& rows) {
       continue;
     }
     std::cout << std::setw(11) << num(r.ms, r.ms < 10 ? 3 : 1) << std::setw(10) << num(r.tflops, 3)
-              << std::setw(9) << (std::isnan(r.ceiling_frac) ? "-" : num(100 * r.ceiling_frac, 1) + "%")
+              << std::setw(9)
+              << (decode ? num(r.kv_bytes_per_s / 1e12, 2)
+                         : std::isnan(r.ceiling_frac) ? "-" : num(100 * r.ceiling_frac, 1) + "%")
               << std::setw(9) << (std::isnan(r.speedup) ? "-" : num(r.speedup, 2) + "x") << std::setw(12)
               << bytes_text(double(r.extra));
     if (r.checked)
@@ -401,18 +422,38 @@ int run_ladder(const LadderOptions& o) {
   std::cout << "FLOPs: forward 4·B·H·Nq·Nk·d (halved when causal), backward 2.5x forward. Times: median of --reps "
             << o.time.reps << " after " << o.time.warmup << " warm-ups.\n";
 
-  if (Ns.empty()) Ns.push_back(0);
-  Tally tally;
+  // The problems: the one asked (or each point of the sweep), then the decode row where o.decode asks
+  // for it (app/flashladder.cpp: by default, a run given no problem option and no --sweep).
+  std::vector<Problem> problems;
+  if (Ns.empty()) problems.push_back(base);
   for (int64_t N : Ns) {
-    Problem p0 = base;
-    if (N) p0.Nq = p0.Nk = N;
-    std::cout << "\nproblem: " << p0.describe() << "\n";
+    problems.push_back(base);
+    problems.back().Nq = problems.back().Nk = N;
+  }
+  if (o.decode) problems.push_back(decode_problem());
+  Tally tally;
+  for (size_t pi = 0; pi < problems.size(); ++pi) {
+    const Problem& p0 = problems[pi];
+    const bool decode = o.decode && pi + 1 == problems.size();
+    const double kv_bytes = 2.0 * double(p0.kv_elems()) * dtype_bytes(p0.dtype);
+    if (decode)
+      std::cout << "\ndecode: " << p0.describe() << " (K+V " << num(kv_bytes / (1 << 20), 0) << " MiB; --no-decode "
+                << "leaves this out)\n"
+                << "One query row per head against a long KV cache: about one multiply-add per byte of K and V, so a\n"
+                   "step is measured by the K+V bytes it reads per second. Steps 05 to 09f give each (batch, head,\n"
+                   "block of query rows) one thread block: "
+                << p0.B * p0.H << " blocks here"
+                << (have_gpu ? " for " + std::to_string(env.sm_count) + " SMs" : std::string())
+                << ", each reading its head's K and V\nalone; steps 10 and 10b split the keys too, and read K and V "
+                   "once per group of query heads.\n";
+    else
+      std::cout << "\nproblem: " << p0.describe() << "\n";
     std::map<int, Expected> expected;  // by storage type
     std::map<int, Inputs> inputs;
     std::vector<Row> rows;
     double prev_ms = NAN;
     for (bool bwd : {false, true}) {
-      if (bwd && !o.backward) break;
+      if (bwd && (!o.backward || decode)) break;  // decoding is inference: the decode row has no backward
       for (const Step* s : steps) {
         if (bwd && !s->has_backward()) continue;
         Row r;
@@ -467,6 +508,7 @@ int run_ladder(const LadderOptions& o) {
           r.extra = extra_bytes(*s, p, bwd);
           if (s->gpu()) r.ceiling_frac = r.tflops / cublas_tflops;
           else r.ceiling_frac = r.tflops * 1000 / eigen_gflops;
+          r.kv_bytes_per_s = 2.0 * double(p.kv_elems()) * dtype_bytes(p.dtype) / (st.median_ms * 1e-3);
           if (!bwd) {
             r.speedup = prev_ms / st.median_ms;
             prev_ms = st.median_ms;
@@ -476,6 +518,10 @@ int run_ladder(const LadderOptions& o) {
                                            s->gpu() ? env : cpu_env);
           rec["extra_bytes"] = r.extra;
           rec["pass_check"] = r.checked ? nlohmann::json(r.pass) : nlohmann::json(nullptr);
+          if (decode) {  // as flashladder bench's decode records
+            rec["kv_bytes"] = 2.0 * double(p.kv_elems()) * dtype_bytes(p.dtype);
+            rec["kv_bytes_per_s"] = r.kv_bytes_per_s;
+          }
           emit(rec);
         } catch (const Error& e) {
           r.ran = false;
@@ -485,7 +531,7 @@ int run_ladder(const LadderOptions& o) {
         rows.push_back(r);
       }
     }
-    print_table(rows);
+    print_table(rows, decode);
   }
   json.close();
   return tally.finish(!o.no_check, gpu_why, gpu_required(o.require_gpu));

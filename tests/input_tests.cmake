@@ -186,3 +186,8 @@ add_test(NAME cli.diff_temp_folder COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/diff_t
 # files larger than their header says): a script, since each case leaves files to look at.
 add_test(NAME cli.files COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli_files.sh $<TARGET_FILE:flashladder>
          ${CMAKE_CURRENT_BINARY_DIR}/cli_files)
+
+# --- Issue 17's decode row: after the table of a run given no problem option and no --sweep ----------
+# (and with --decode; not with a problem option or --no-decode). CPU steps: runs anywhere.
+add_test(NAME cli.ladder_decode_row COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/ladder_decode_row.sh $<TARGET_FILE:flashladder>
+         ${CMAKE_CURRENT_BINARY_DIR}/ladder_decode_row)
