@@ -57,6 +57,7 @@ Stats time_events(const TimeOptions& opt, F&& launch) {
   FL_CUDA(cudaEventCreate(&b));
   std::vector<double> ms;
   for (int it = 0; it < opt.warmup + opt.reps; ++it) {
+    gpu_lead_in();  // as the steps' launches (app/gpu.cu): the events time the GPU's work
     FL_CUDA(cudaEventRecord(a));
     launch(it);
     FL_CUDA(cudaGetLastError());

@@ -162,6 +162,30 @@ Outputs run_step_gpu(const Step& s, const Inputs& in, bool backward) {
   });
 }
 
+namespace {
+
+// Spins one thread for `cycles` clocks of its SM.
+__global__ void lead_in_kernel(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
+}  // namespace
+
+// The start event of a timed launch is recorded behind this spin, so that the GPU is still busy when
+// the host has queued the call: the events then time the GPU's work. Without it the GPU sat idle at the
+// start event while the host prepared the call (a step's argument checks, cudaFuncSetAttribute, a
+// tensor map, a cluster launch's configuration), and a short call's time included the host's: run 302
+// (H100, the ladder's decode row, B 1, H 32, H_kv 8, Nq 1, Nk 32768) timed 10b's call at 55 µs where
+// compare_torch.py, whose launches have had the same lead-in since run 64 (its time_launches), timed
+// the same kernels at 50.6 µs in run 300. 2·10⁶ clocks, ~1 ms at 1.98 GHz, compare_torch's figure:
+// longer than any host preparation it has to hide.
+void gpu_lead_in() {
+  lead_in_kernel<<<1, 1>>>(2'000'000);
+  FL_CUDA(cudaGetLastError());
+}
+
 Stats time_step_gpu(const Step& s, const Problem& p, bool backward, const TimeOptions& opt) {
   std::string why;
   auto dev = gpu_device(&why);
@@ -195,10 +219,12 @@ Stats time_step_gpu(const Step& s, const Problem& p, bool backward, const TimeOp
       DeviceSet& x = d[size_t(it) % d.size()];
       if (backward) {
         bws.poison();  // the step must initialise what it accumulates into; poisoning is not timed
+        gpu_lead_in();
         FL_CUDA(cudaEventRecord(a));
         s.impl->backward(p, x.bwd(bws.get(), nullptr));
       } else {
         ws.poison();
+        gpu_lead_in();
         FL_CUDA(cudaEventRecord(a));
         s.impl->forward(p, x.fwd(ws.get(), nullptr));
       }

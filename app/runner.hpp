@@ -59,5 +59,8 @@ std::optional<DeviceInfo> gpu_device(std::string* why);
 /// Implemented in app/gpu.cu (or app/nogpu.cpp in builds without CUDA).
 Outputs run_step_gpu(const Step& s, const Inputs& in, bool backward);
 Stats time_step_gpu(const Step& s, const Problem& p, bool backward, const TimeOptions& opt);
+/// Queued before every timed launch's start event (app/gpu.cu): a GPU spin of about 1 ms, so that the
+/// events time the GPU's work and not the host's preparation of the call. CUDA builds only.
+void gpu_lead_in();
 
 }  // namespace fl
