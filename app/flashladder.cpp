@@ -16,6 +16,8 @@
 // (named in the message). A GPU step that cannot run here ("not run: no GPU") is not a failure
 // unless --require-gpu or FLASHLADDER_REQUIRE_GPU=1 says a GPU is required.
 #include <algorithm>
+#include <functional>
+#include <regex>
 #include <iostream>
 #include <new>
 
@@ -39,6 +41,26 @@ class ExpandEveryLevel : public CLI::Formatter {
   }
 };
 
+// CLI11 names an option by its long name in a refusal: "-N abc" was refused as "Could not convert:
+// --seq = abc", an option the user did not type. An option with a short name is named by both, as
+// --help lists it ("-N/--seq"), in every command's refusals (the message's first line; CLI11's "Run
+// with --help" line is kept as it is).
+std::string name_both_ways(const CLI::App* app, const CLI::Error& e) {
+  std::string what = e.what();
+  std::function<void(const CLI::App*)> visit = [&](const CLI::App* a) {
+    for (const CLI::Option* o : a->get_options()) {
+      if (o->get_snames().empty() || o->get_lnames().empty()) continue;
+      const std::string l = "--" + o->get_lnames().front(), both = "-" + o->get_snames().front() + "/" + l;
+      if (what.find(both) != std::string::npos) continue;  // named so already (an enclosing command's)
+      what = std::regex_replace(what, std::regex("(^|[^-\\w/])" + l + "(?![-\\w])"), "$1" + both);
+    }
+    for (const CLI::App* sub : a->get_subcommands([](const CLI::App*) { return true; })) visit(sub);
+  };
+  visit(app);
+  const std::string simple = CLI::FailureMessage::simple(app, e);
+  return what + simple.substr(std::min(simple.size(), std::string(e.what()).size()));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -47,6 +69,7 @@ int main(int argc, char** argv) {
       "flashladder: FlashAttention as a ladder of working implementations, each checked against an\n"
       "fp64 oracle and timed. With no subcommand it runs the ladder."};
   app.formatter(std::make_shared<ExpandEveryLevel>());  // before the subcommands, which inherit it
+  app.failure_message(name_both_ways);                  // so do they this
   app.set_help_all_flag("--help-all", "Help for every subcommand, at every level");
   app.require_subcommand(0, 1);
 
