@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
       "flashladder: FlashAttention as a ladder of working implementations, each checked against an\n"
       "fp64 oracle and timed. With no subcommand it runs the ladder."};
   app.formatter(std::make_shared<ExpandEveryLevel>());  // before the subcommands, which inherit it
-  app.failure_message(name_both_ways);                  // so do they this
+  app.failure_message(name_both_ways);                  // the subcommands inherit it too
   app.set_help_all_flag("--help-all", "Help for every subcommand, at every level");
   app.require_subcommand(0, 1);
 

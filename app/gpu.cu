@@ -179,8 +179,8 @@ __global__ void lead_in_kernel(long long cycles) {
 // tensor map, a cluster launch's configuration), and a short call's time included the host's: run 302
 // (H100, the ladder's decode row, B 1, H 32, H_kv 8, Nq 1, Nk 32768) timed 10b's call at 55 µs where
 // compare_torch.py, whose launches have had the same lead-in since run 64 (its time_launches), timed
-// the same kernels at 50.6 µs in run 300. 2·10⁶ clocks, ~1 ms at 1.98 GHz, compare_torch's figure:
-// longer than any host preparation it has to hide.
+// the same kernels at 50.6 µs in run 300; with the spin, 51.1 µs (run 303, another H100). 2·10⁶ clocks,
+// ~1 ms at 1.98 GHz, compare_torch's figure: longer than any host preparation it has to hide.
 void gpu_lead_in() {
   lead_in_kernel<<<1, 1>>>(2'000'000);
   FL_CUDA(cudaGetLastError());
